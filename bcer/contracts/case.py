@@ -1,0 +1,38 @@
+"""A case: its input root, sequences (lazily loaded), metadata and optional ground truth."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .artifacts import ArtifactKind
+
+
+class SequenceRef(BaseModel):
+    """Where a sequence lives and how to read it; loaded only when a node needs it.
+
+    ``format``: nifti | nifti_frames | dicom | fastmri_h5 | cmrx_mat | npz.
+    ``options``: format specifics (e.g. the frame files of an ACDC case, the h5 key).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    path: str
+    format: str = "nifti"
+    kind: ArtifactKind = ArtifactKind.image
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class Case(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+    root: str
+    domain: str = "unknown"
+    sequences: dict[str, SequenceRef] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    ground_truth: dict[str, Any] | None = None
+    layout: str | None = None
+
+    @property
+    def root_path(self) -> Path:
+        return Path(self.root)

@@ -1,0 +1,52 @@
+"""What a tool is, as planners and the compiler see it."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .artifacts import ArtifactKind
+
+
+class Resources(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    memory_mb: int = 512
+
+
+class Port(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    kind: ArtifactKind
+    required: bool = True
+    description: str = ""
+
+
+class ToolSpec(BaseModel):
+    """The typed signature of a registered tool (derived from its function by ``@tool``).
+
+    ``gpu``: "none" (CPU only), "optional" (GPU path used when a GPU is there, CPU path
+    otherwise), "required" (no CPU path: fails fast with ``resource`` without a GPU).
+    """
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    name: str
+    version: str = "1.0"
+    description: str = ""
+    inputs: list[Port] = Field(default_factory=list)
+    outputs: list[Port] = Field(default_factory=list)
+    params_schema: dict[str, Any] = Field(default_factory=dict)
+    resources: Resources = Field(default_factory=Resources)
+    milestone: str | None = None
+    gpu: Literal["none", "optional", "required"] = "none"
+
+    def input(self, name: str) -> Port | None:
+        return next((p for p in self.inputs if p.name == name), None)
+
+    def output(self, name: str) -> Port | None:
+        return next((p for p in self.outputs if p.name == name), None)
+
+    @property
+    def param_names(self) -> list[str]:
+        return list(self.params_schema.get("properties", {}))

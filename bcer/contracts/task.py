@@ -1,0 +1,75 @@
+"""Task contracts: what a goal must produce, and how its deliverables are validated."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from .artifacts import ArtifactKind
+
+TASKS_DIR = Path(__file__).parent / "tasks"
+
+
+class Validator(BaseModel):
+    """One check of a written deliverable.
+
+    ``type``: exists | nifti_nonempty | affine_matches_input | json_field | table_rows |
+    report_nonempty. ``arg``: the input sequence (affine), JSON field, or minimum rows.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["exists", "nifti_nonempty", "affine_matches_input", "json_field",
+                  "table_rows", "report_nonempty"]
+    arg: Any = None
+
+
+class DeliverableSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    kind: ArtifactKind
+    milestone: str
+    file: str
+    validators: list[Validator] = Field(default_factory=lambda: [Validator(type="exists")])
+
+
+class QualityCheck(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    metric: str
+    deliverable: str | None = None
+    threshold: float | None = None
+    higher_is_better: bool = True
+
+
+class TaskContract(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    domain: str
+    chain: Literal["short", "long"] = "short"
+    goal: str
+    inputs: list[str] = Field(default_factory=list)
+    input_alternatives: dict[str, list[str]] = Field(default_factory=dict)
+    allowed_tools: list[str] = Field(default_factory=list)  # empty: any registered tool
+    milestones: list[str] = Field(default_factory=list)
+    deliverables: list[DeliverableSpec] = Field(default_factory=list)
+    quality: list[QualityCheck] = Field(default_factory=list)
+
+    def allows(self, tool: str) -> bool:
+        return not self.allowed_tools or any(
+            tool == t or (t.endswith(".*") and tool.startswith(t[:-1])) for t in self.allowed_tools)
+
+
+def load_contract(task: str | Path) -> TaskContract:
+    """Load a task contract by id (from ``bcer/contracts/tasks``) or from a YAML path."""
+    path = Path(task)
+    if not path.suffix:
+        path = TASKS_DIR / f"{task}.yaml"
+    if not path.exists():
+        known = sorted(p.stem for p in TASKS_DIR.glob("*.yaml"))
+        raise FileNotFoundError(f"no task contract {task!r}; known: {known}")
+    return TaskContract.model_validate(yaml.safe_load(path.read_text()))
+
+
+def list_contracts() -> list[str]:
+    return sorted(p.stem for p in TASKS_DIR.glob("*.yaml"))

@@ -1,0 +1,112 @@
+"""NIfTI read/write with the affine carried through exactly (nibabel)."""
+from __future__ import annotations
+
+import gzip
+import os
+import tempfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from ...contracts.artifacts import Cine, Image, Mask
+from ...contracts.errors import ErrorCode, ToolError
+
+
+def _check_finite(data: np.ndarray, path: Path) -> None:
+    if np.issubdtype(data.dtype, np.floating) and not np.all(np.isfinite(data)):
+        bad = int(np.size(data) - np.count_nonzero(np.isfinite(data)))
+        raise ToolError(ErrorCode.numeric, f"{bad} NaN/Inf voxels in {path.name}", file=str(path))
+
+
+def read_nifti(path: str | Path, kind: str = "image", labels: dict[int, str] | None = None,
+               expect_ndim: int | None = None):
+    """Read a NIfTI file as an Image (3-D), Cine (4-D) or Mask.
+
+    Raises:
+        ToolError: ``input_missing`` (no file), ``schema`` (corrupt/truncated),
+            ``numeric`` (NaN/Inf), ``shape`` (wrong number of dimensions).
+    """
+    import nibabel as nib
+
+    path = Path(path)
+    if not path.exists():
+        raise ToolError(ErrorCode.input_missing, f"file not found: {path}", file=str(path))
+    try:
+        img = nib.load(str(path))
+        data = np.asarray(img.dataobj)
+        affine = np.asarray(img.affine, dtype=np.float64)
+    except (EOFError, OSError, zlib.error, gzip.BadGzipFile, ValueError) as e:
+        raise ToolError(ErrorCode.schema, f"cannot read NIfTI {path.name}: {type(e).__name__}: {e}",
+                        hint="the file is truncated or not NIfTI", file=str(path)) from e
+    while data.ndim > 3 and data.shape[-1] == 1 and (expect_ndim or 3) < data.ndim:
+        data = data[..., 0]
+    if expect_ndim is not None and data.ndim != expect_ndim:
+        raise ToolError(ErrorCode.shape, f"{path.name} has {data.ndim} dimensions {data.shape}, "
+                        f"expected {expect_ndim}", file=str(path))
+    if data.ndim not in (3, 4):
+        raise ToolError(ErrorCode.shape, f"{path.name} has shape {data.shape}; expected 3-D or 3-D+time",
+                        file=str(path))
+    _check_finite(data, path)
+    meta = {"source": str(path)}
+    if kind == "mask":
+        return Mask(data.astype(np.int16), affine, meta, labels=dict(labels or {}))
+    data = data.astype(np.float32, copy=False)
+    return Cine(data, affine, meta) if data.ndim == 4 else Image(data, affine, meta)
+
+
+def atomic_write_bytes(path: str | Path, payload: bytes) -> Path:
+    """Write to a temp file in the same folder, then rename: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_nifti(artifact, path: str | Path) -> Path:
+    """Write an Image/Cine/Mask atomically with its affine (sform and qform)."""
+    import nibabel as nib
+
+    path = Path(path)
+    data = np.asarray(artifact.data)
+    if isinstance(artifact, Mask):
+        data = data.astype(np.int16)
+    elif not np.issubdtype(data.dtype, np.floating):
+        data = data.astype(np.float32)
+    img = nib.Nifti1Image(data, np.asarray(artifact.affine, dtype=np.float64))
+    img.set_sform(artifact.affine, code=1)
+    img.set_qform(artifact.affine, code=1)
+    sp = artifact.spacing
+    img.header.set_zooms(tuple(sp) + tuple(1.0 for _ in range(data.ndim - 3)))
+    if not str(path).endswith((".nii", ".nii.gz")):
+        path = path.with_name(path.name + ".nii.gz")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp_", suffix="".join(path.suffixes))
+    os.close(fd)
+    try:
+        nib.save(img, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_sequence(ref) -> object:
+    """SequenceRef reader for ``nifti`` (one file) and ``nifti_frames`` (``options.frames``:
+    a list of 3-D files stacked along time)."""
+    kind = ref.kind.value if hasattr(ref.kind, "value") else str(ref.kind)
+    labels = {int(k): v for k, v in ref.options.get("labels", {}).items()}
+    if ref.format == "nifti_frames":
+        frames = [read_nifti(p, "image", expect_ndim=3) for p in ref.options["frames"]]
+        data = np.stack([f.data for f in frames], axis=-1)
+        return Cine(data, frames[0].affine, {"source": ref.path})
+    expect = {"image": 3, "mask": None, "cine": 4}.get(kind)
+    return read_nifti(ref.path, "mask" if kind == "mask" else "image", labels, expect_ndim=expect)
