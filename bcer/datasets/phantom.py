@@ -1,0 +1,27 @@
+"""The in-memory phantom every generator returns, and shared phantom helpers.
+
+A ``Phantom`` holds artifacts (arrays + affines) with canonical sequence names (see
+``bcer.contracts.sequences``); layout writers turn it into files, adapters read files back
+into ``Case`` objects. ``truth`` is JSON-able ground truth (volumes, grade, ED/ES, EF,
+lesions...); ``labels`` holds ground-truth label maps as ``Mask`` artifacts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from ..contracts.artifacts import Mask
+
+Size = Literal["small", "full"]
+
+
+@dataclass
+class Phantom:
+    case_id: str
+    domain: str  # brain | cardiac | prostate
+    sequences: dict[str, Any]  # canonical name -> Image | Cine | KSpace
+    labels: dict[str, Mask] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    truth: dict[str, Any] = field(default_factory=dict)
