@@ -1,0 +1,25 @@
+"""Shared fixtures: one local Ray session per test session, in a temp dir of our own."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """A 2-CPU local Ray session shared by every test that needs Ray."""
+    import ray
+
+    if ray.is_initialized():
+        yield ray
+        return
+    tmp = tempfile.mkdtemp(prefix="bcer_ray_")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, _temp_dir=tmp,
+             log_to_driver=False, configure_logging=False)
+    yield ray
+    ray.shutdown()
