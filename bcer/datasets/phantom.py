@@ -3,7 +3,8 @@
 A ``Phantom`` holds artifacts (arrays + affines) with canonical sequence names (see
 ``bcer.contracts.sequences``); layout writers turn it into files, adapters read files back
 into ``Case`` objects. ``truth`` is JSON-able ground truth (volumes, grade, ED/ES, EF,
-lesions...); ``labels`` holds ground-truth label maps as ``Mask`` artifacts.
+lesions...); ``labels`` holds ground-truth label maps as ``Mask`` artifacts;
+``references`` holds clean reference images (denoise/super-resolution/recon truth).
 """
 from __future__ import annotations
 
@@ -25,3 +26,4 @@ class Phantom:
     labels: dict[str, Mask] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
     truth: dict[str, Any] = field(default_factory=dict)
+    references: dict[str, Any] = field(default_factory=dict)  # clean/fully-sampled truth images
