@@ -1,0 +1,228 @@
+"""Multi-coil Cartesian k-space from phantom images: the forward model recon is measured against.
+
+Conventions (the recon tools implement their inverse against exactly this):
+
+- Array layout (``bcer.contracts.artifacts.KSpace``): ``data`` is complex64 of shape
+  (C, X, Y, Z) for an Image or (C, X, Y, Z, T) for a Cine; coils first. The 2-D Fourier
+  transform runs over the in-plane axes X and Y only (``data`` axes 1 and 2); Z (slices) and
+  T (frames) are independent (multi-slice 2-D acquisition). The readout is X (always fully
+  sampled); phase encoding is Y. ``mask`` is a boolean (Y,) vector: line ``y`` was acquired
+  iff ``mask[y]``; unacquired lines are exactly 0 in ``data``.
+- Forward transform, per coil/slice/frame, with ``axes = (1, 2)`` of ``data``
+  (or ``(0, 1)`` of an (X, Y) image)::
+
+      k = fftshift(fftn(ifftshift(x, axes), axes=axes, norm="ortho"), axes)
+
+  Inverse (what zero-filled recon does before combining coils)::
+
+      x = fftshift(ifftn(ifftshift(k, axes), axes=axes, norm="ortho"), axes)
+
+  So the k-space centre (DC) sits at index ``(X // 2, Y // 2)``, and the transform is
+  unitary: image-domain and k-space noise have the same standard deviation.
+- Coil images are ``maps[c] * image`` with the (C, X, Y) sensitivity ``maps`` shared by every
+  slice and frame. Maps are normalised so that ``sqrt(sum_c |maps[c]|**2) == 1`` at every
+  pixel, hence root-sum-of-squares of the fully sampled coil images equals ``|image|``
+  exactly (up to float32 rounding) when there is no noise.
+- Auto-calibration (ACS) region: the ``n_acs`` contiguous lines
+  ``Y // 2 - n_acs // 2 ... Y // 2 - n_acs // 2 + n_acs - 1`` (contains the centre line).
+  Outer lines: ``pattern="regular"`` samples every R-th line on the lattice
+  ``(y - Y // 2) % R == 0`` (GRAPPA-friendly, consistent with the ACS); ``"random"`` samples
+  ``round(n_outer / R)`` outer lines drawn uniformly without replacement. Either way the
+  outer region is undersampled by the nominal factor R; the effective acceleration
+  (``Y / n_sampled``, ``KSpace.acceleration``) is lower because of the ACS.
+- Noise: complex white Gaussian, std ``noise * max|image|`` per real/imag component, added to
+  every acquired sample (independent across coils); recorded as ``meta["noise_sigma"]``.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+import numpy as np
+
+from ..contracts.artifacts import Cine, Image, KSpace
+from ..contracts.errors import ErrorCode, ToolError
+from .phantom import Phantom, Size
+
+log = logging.getLogger(__name__)
+
+FFT_CONVENTION = "ifftshift>fftn(axes=X,Y, norm=ortho)>fftshift; centre at (X//2, Y//2)"
+Pattern = Literal["regular", "random"]
+
+
+def fft2c(x: np.ndarray, axes: tuple[int, int]) -> np.ndarray:
+    """Centred orthonormal 2-D FFT over ``axes`` (the bcer k-space convention)."""
+    return np.fft.fftshift(np.fft.fftn(np.fft.ifftshift(x, axes=axes), axes=axes, norm="ortho"),
+                           axes=axes)
+
+
+def ifft2c(k: np.ndarray, axes: tuple[int, int]) -> np.ndarray:
+    """Inverse of :func:`fft2c`."""
+    return np.fft.fftshift(np.fft.ifftn(np.fft.ifftshift(k, axes=axes), axes=axes, norm="ortho"),
+                           axes=axes)
+
+
+def rss(coil_images: np.ndarray, axis: int = 0) -> np.ndarray:
+    """Root-sum-of-squares coil combination."""
+    return np.sqrt(np.sum(np.abs(coil_images) ** 2, axis=axis))
+
+
+def coil_maps(shape_xy: tuple[int, int], n_coils: int, rng: np.random.Generator) -> np.ndarray:
+    """Smooth complex coil sensitivities, (C, X, Y) complex64, with RSS == 1 at every pixel.
+
+    Coils sit on an ellipse just outside the field of view (a ring array, random rotation);
+    each magnitude falls off with distance like a surface coil and each carries a smooth
+    linear phase plus a random constant phase, so the maps are realistic enough for
+    GRAPPA/SENSE calibration yet smooth.
+
+    Args:
+        shape_xy: in-plane matrix (X, Y).
+        n_coils: number of receive coils (>= 1).
+        rng: numpy Generator (seeded by the caller).
+    """
+    if n_coils < 1:
+        raise ToolError(ErrorCode.value_range, f"n_coils must be >= 1, got {n_coils}", arg="n_coils")
+    nx, ny = (int(s) for s in shape_xy)
+    # normalised coordinates in [-1, 1] so maps look alike at any matrix size
+    gx, gy = np.meshgrid(np.linspace(-1, 1, nx), np.linspace(-1, 1, ny), indexing="ij")
+    angles = rng.uniform(0, 2 * np.pi) + 2 * np.pi * np.arange(n_coils) / n_coils
+    radius = 1.3 * rng.uniform(0.95, 1.05, n_coils)
+    maps = np.empty((n_coils, nx, ny), dtype=np.complex128)
+    for c, (a, r) in enumerate(zip(angles, radius)):
+        cx, cy = r * np.cos(a), r * np.sin(a)
+        d2 = (gx - cx) ** 2 + (gy - cy) ** 2
+        mag = 1.0 / (0.35 + d2)
+        phase = rng.uniform(-np.pi, np.pi) + 0.8 * (np.cos(a) * gx + np.sin(a) * gy)
+        maps[c] = mag * np.exp(1j * phase)
+    maps /= rss(maps)[None]
+    return maps.astype(np.complex64)
+
+
+def acs_slice(ny: int, n_acs: int) -> slice:
+    """The contiguous, centred auto-calibration lines (see module docstring)."""
+    start = ny // 2 - n_acs // 2
+    return slice(start, start + n_acs)
+
+
+def undersample_mask(ny: int, R: int, n_acs: int = 24, rng: np.random.Generator | None = None,
+                     pattern: Pattern = "regular") -> np.ndarray:
+    """Boolean (Y,) phase-encoding mask: ``n_acs`` centre lines plus outer lines at rate 1/R.
+
+    Raises:
+        ToolError: ``value_range`` if R < 1, the ACS does not fit in ``ny``, or ``pattern``
+            is unknown; ``random`` needs ``rng``.
+    """
+    if R < 1:
+        raise ToolError(ErrorCode.value_range, f"acceleration R must be >= 1, got {R}", arg="R")
+    if not 0 <= n_acs <= ny:
+        raise ToolError(ErrorCode.value_range, f"n_acs={n_acs} does not fit in {ny} phase-encoding lines",
+                        arg="n_acs")
+    mask = np.zeros(ny, dtype=bool)
+    mask[acs_slice(ny, n_acs)] = True
+    outer = np.flatnonzero(~mask)
+    if pattern == "regular":
+        mask[outer[(outer - ny // 2) % R == 0]] = True
+    elif pattern == "random":
+        if rng is None:
+            raise ToolError(ErrorCode.value_range, "pattern='random' needs an rng", arg="rng")
+        n_pick = int(round(outer.size / R))
+        mask[rng.choice(outer, size=n_pick, replace=False)] = True
+    else:
+        raise ToolError(ErrorCode.value_range, f"unknown sampling pattern {pattern!r}",
+                        hint="valid: ['random', 'regular']", arg="pattern")
+    return mask
+
+
+def make_kspace(image: Image | Cine, n_coils: int = 8, R: int = 4, n_acs: int = 24,
+                noise: float = 0.0, rng: np.random.Generator | None = None,
+                pattern: Pattern = "regular", maps: np.ndarray | None = None) -> tuple[KSpace, np.ndarray]:
+    """Simulate an undersampled multi-coil acquisition of ``image`` (module docstring has the model).
+
+    Args:
+        image: a 3-D Image (X,Y,Z) or a Cine (X,Y,Z,T); magnitude is what is imaged.
+        n_coils: receive coils.
+        R: nominal acceleration of the outer k-space.
+        n_acs: fully sampled centre lines.
+        noise: complex noise std as a fraction of ``max|image|`` (0 = noiseless).
+        rng: seeded Generator (maps, random mask, noise).
+        pattern: ``regular`` or ``random`` outer lines.
+        maps: optional (C,X,Y) sensitivities to reuse instead of drawing new ones.
+
+    Returns:
+        (KSpace with ``affine`` = image.affine, coil maps (C,X,Y) complex64).
+    """
+    rng = rng if rng is not None else np.random.default_rng(0)
+    data = np.asarray(image.data)
+    if data.ndim not in (3, 4):
+        raise ToolError(ErrorCode.shape, f"make_kspace needs (X,Y,Z) or (X,Y,Z,T), got {data.shape}",
+                        arg="image")
+    if not np.all(np.isfinite(data)):
+        raise ToolError(ErrorCode.numeric, "image has NaN/Inf values", arg="image")
+    if noise < 0:
+        raise ToolError(ErrorCode.value_range, f"noise must be >= 0, got {noise}", arg="noise")
+    nx, ny = data.shape[:2]
+    if maps is None:
+        maps = coil_maps((nx, ny), n_coils, rng)
+    elif maps.shape != (maps.shape[0], nx, ny):
+        raise ToolError(ErrorCode.shape, f"maps {maps.shape} do not match image plane {(nx, ny)}", arg="maps")
+    mask = undersample_mask(ny, R, n_acs, rng, pattern)
+    extra = (None,) * (data.ndim - 2)
+    coil_imgs = maps[(slice(None), slice(None), slice(None)) + extra] * data[None].astype(np.complex64)
+    k = fft2c(coil_imgs, axes=(1, 2)).astype(np.complex64)
+    sigma = float(noise) * float(np.max(np.abs(data))) if noise > 0 else 0.0
+    if sigma > 0:
+        k += (sigma * (rng.standard_normal(k.shape) + 1j * rng.standard_normal(k.shape))).astype(np.complex64)
+    k[:, :, ~mask] = 0
+    meta: dict[str, Any] = {
+        "R": int(R), "n_acs": int(n_acs), "pattern": pattern, "n_coils": int(maps.shape[0]),
+        "noise_sigma": sigma, "fft": FFT_CONVENTION,
+        "effective_acceleration": float(ny) / int(mask.sum()),
+    }
+    log.debug("k-space %s, R=%d (effective %.2f)", k.shape, R, meta["effective_acceleration"])
+    return KSpace(k, mask, np.asarray(image.affine, dtype=np.float64).copy(), meta), maps
+
+
+def _source_phantom(case_id: str, seed: int, size: Size, domain: str, **kw: Any) -> tuple[Phantom, Any]:
+    if domain == "cardiac":
+        from .cardiac import make_cardiac
+
+        ph = make_cardiac(case_id, seed, size, **kw)
+        return ph, ph.sequences["CINE"]
+    if domain == "prostate":
+        from .prostate import make_prostate  # written by the prostate engineer; imported lazily
+
+        ph = make_prostate(case_id, seed, size, **kw)
+        return ph, ph.sequences["T2w"]
+    raise ToolError(ErrorCode.value_range, f"no k-space source for domain {domain!r}",
+                    hint="valid: ['cardiac', 'prostate']", arg="domain")
+
+
+def make_kspace_case(case_id: str, seed: int, size: Size = "small", domain: str = "cardiac",
+                     R: int = 4, n_coils: int = 8, n_acs: int = 24, noise: float = 0.002,
+                     pattern: Pattern = "regular", frames: Literal["all", "ed"] = "all",
+                     **kw: Any) -> Phantom:
+    """A case whose only input sequence is ``KSPACE``; the fully sampled image is the truth.
+
+    The source image (cardiac cine or prostate T2w) is normalised to max 1 so recon metrics
+    are comparable across cases. For cardiac, ``frames="ed"`` gives 3-D k-space of the ED
+    frame instead of the whole cine.
+
+    Returns:
+        Phantom with ``sequences={"KSPACE": KSpace}``, ``references={"KSPACE": clean image}``
+        (what an ideal reconstruction returns), the source labels, and
+        ``truth["kspace"]`` describing the acquisition.
+    """
+    src, img = _source_phantom(case_id, seed, size, domain, **kw)
+    if domain == "cardiac" and frames == "ed":
+        img = img.frame(int(src.truth["ed_frame"]))
+    data = np.asarray(img.data, dtype=np.float32)
+    data = data / max(float(data.max()), 1e-12)
+    clean = type(img)(data, img.affine.copy(), dict(img.meta, normalised=True))
+    rng = np.random.default_rng([seed, 0x4B53])  # own stream: the anatomy draw stays unchanged
+    ks, _ = make_kspace(clean, n_coils, R, n_acs, noise, rng, pattern)
+    ks.meta.update(case_id=case_id, domain=domain, source=("CINE" if domain == "cardiac" else "T2w"))
+    truth = dict(src.truth)
+    truth["kspace"] = {k: v for k, v in ks.meta.items() if k != "fft"} | {"reference": "KSPACE",
+                                                                          "fft": FFT_CONVENTION}
+    return Phantom(case_id, domain, {"KSPACE": ks}, dict(src.labels), dict(src.metadata), truth,
+                   {"KSPACE": clean})
