@@ -1,0 +1,109 @@
+"""The MONAI bundle path of seg.*: loading, per-process caching, typed errors, shipped bundle Dice."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bcer.contracts.errors import ErrorCode, ToolError
+from bcer.tools.seg import bundle as B
+
+NET_DEF = {"_target_": "UNet", "spatial_dims": 2, "in_channels": 1, "out_channels": 3,
+           "channels": [4, 8], "strides": [2], "num_res_units": 0}
+
+
+def _make_bundle(root: Path, torchscript: bool = False) -> Path:
+    from monai.bundle import ConfigParser
+
+    torch.manual_seed(0)
+    net = ConfigParser({"network_def": NET_DEF}).get_parsed_content("network_def").eval()
+    (root / "configs").mkdir(parents=True)
+    (root / "models").mkdir()
+    meta = {"name": "tiny", "version": "0.0.1",
+            "network_data_format": {"inputs": {"image": {"num_channels": 1, "spatial_shape": [16, 16]}},
+                                    "outputs": {"pred": {"num_channels": 3,
+                                                         "channel_def": {"0": "bg", "1": "a", "2": "b"}}}},
+            "bcer": {"spatial_dims": 2, "label_values": [0, 1, 4]}}
+    (root / "configs" / "metadata.json").write_text(json.dumps(meta))
+    if torchscript:
+        torch.jit.script(net).save(str(root / "models" / "model.ts"))
+    else:
+        (root / "configs" / "inference.json").write_text(json.dumps({"network_def": NET_DEF}))
+        torch.save(net.state_dict(), root / "models" / "model.pt")
+    return root
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    B.clear_cache()
+    return _make_bundle(tmp_path / "tiny")
+
+
+def test_second_load_is_a_cache_hit_not_a_reload(tiny: Path) -> None:
+    first = B.load_bundle(tiny)
+    second = B.load_bundle(str(tiny))
+    info = B.cache_info()
+    assert second is first and second.network is first.network
+    assert (info.misses, info.hits) == (1, 1)
+    # Edited weights (new mtime) are picked up: a new entry, not the stale network.
+    model = tiny / "models" / "model.pt"
+    st = model.stat()
+    os.utime(model, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert B.load_bundle(tiny) is not first
+    assert B.cache_info().misses == 2
+
+
+def test_infer_maps_channels_to_label_values(tiny: Path) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(100, 20, (1, 20, 18, 3)).astype(np.float32)
+    x.setflags(write=False)  # like an array out of Ray's object store
+    labels, meta = B.run_bundle(str(tiny), x, roi_size=16, sw_batch_size=2)
+    assert labels.shape == (20, 18, 3)
+    assert set(np.unique(labels)) <= {0, 1, 4}
+    assert meta["method"] == "monai_bundle" and meta["bundle_name"] == "tiny"
+    assert B.cache_info().misses == 1
+
+
+def test_torchscript_bundle_matches_state_dict_bundle(tmp_path: Path) -> None:
+    B.clear_cache()
+    pt = _make_bundle(tmp_path / "pt")
+    ts = _make_bundle(tmp_path / "ts", torchscript=True)
+    x = np.random.default_rng(1).normal(50, 10, (1, 16, 16, 2)).astype(np.float32)
+    a, _ = B.run_bundle(str(pt), x, roi_size=16)
+    b, _ = B.run_bundle(str(ts), x, roi_size=16)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_bad_bundles_give_typed_errors_naming_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ToolError) as e:
+        B.load_bundle(tmp_path / "nope")
+    assert e.value.code == ErrorCode.input_missing and "nope" in e.value.context["file"]
+
+    root = _make_bundle(tmp_path / "b")
+    (root / "models" / "model.pt").unlink()
+    with pytest.raises(ToolError) as e:
+        B.load_bundle(root)
+    assert e.value.code == ErrorCode.input_missing and e.value.context["file"].endswith("model.pt")
+
+    root = _make_bundle(tmp_path / "c")
+    (root / "configs" / "inference.json").write_text("{not json")
+    with pytest.raises(ToolError) as e:
+        B.load_bundle(root)
+    assert e.value.code == ErrorCode.schema and e.value.context["file"].endswith("inference.json")
+
+    root = _make_bundle(tmp_path / "d")
+    wrong = dict(NET_DEF, channels=[8, 16])
+    (root / "configs" / "inference.json").write_text(json.dumps({"network_def": wrong}))
+    with pytest.raises(ToolError) as e:
+        B.load_bundle(root)
+    assert e.value.code == ErrorCode.schema and e.value.context["file"].endswith("model.pt")
+
+
+def test_wrong_channel_count_is_a_shape_error(tiny: Path) -> None:
+    with pytest.raises(ToolError) as e:
+        B.run_bundle(str(tiny), np.zeros((2, 16, 16, 1), np.float32))
+    assert e.value.code == ErrorCode.shape
