@@ -1,0 +1,30 @@
+"""Connecting to Ray: an existing cluster by address, the one `ray job submit` set up, or a local one."""
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+
+log = logging.getLogger(__name__)
+
+
+def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> dict:
+    """Initialise Ray once per driver and return its cluster resources.
+
+    ``address=None`` joins the cluster named by ``RAY_ADDRESS`` (as under ``ray job submit``)
+    or starts a local one; ``"auto"`` or ``"host:port"`` joins an existing cluster.
+    """
+    import ray
+
+    if not ray.is_initialized():
+        kwargs: dict = {"include_dashboard": False, "log_to_driver": False,
+                        "configure_logging": False, "ignore_reinit_error": True}
+        if address is None and not os.environ.get("RAY_ADDRESS"):
+            kwargs.update(address="local", num_cpus=num_cpus,
+                          _temp_dir=tempfile.mkdtemp(prefix="bcer_ray_"))
+        else:
+            kwargs.pop("include_dashboard")
+            kwargs["address"] = address or os.environ.get("RAY_ADDRESS")
+        ray.init(**kwargs)
+        log.info("ray initialised: %s", ray.cluster_resources())
+    return dict(ray.cluster_resources())
