@@ -16,6 +16,8 @@ bcer reads these keys from ``metadata.json`` (all optional)::
     bcer.normalize           "zscore" (per channel over non-zero voxels, default) | "none"
     bcer.output              "argmax" (softmax classes, default) | "sigmoid_brats" (TC/WT/ET)
     bcer.label_values        label value written for each output channel (default 0..n-1)
+    bcer.pixdim              voxel size (mm) the network was trained at, per spatial axis;
+                             inputs on another grid are resampled to it and labels back
 
 The network is cached per process by ``(folder, newest mtime, device)`` so a worker loads
 it once and reuses it across calls; touching the files invalidates the entry.
@@ -54,6 +56,7 @@ class Bundle:
     output: str
     label_values: tuple[int, ...]
     channel_names: dict[int, str] = field(default_factory=dict)
+    pixdim: tuple[float, ...] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -171,13 +174,16 @@ def _describe(folder: str, network: Any, device: str, net_def: Any, meta: dict[s
     roi = tuple(int(s) for s in inp.get("spatial_shape", [])) or (96,) * spatial_dims
     values = tuple(int(v) for v in opts.get("label_values", range(n_out)))
     output = str(opts.get("output", "argmax"))
-    if output not in ("argmax", "sigmoid_brats") or len(values) != n_out or len(roi) != spatial_dims:
+    pixdim = tuple(float(v) for v in opts["pixdim"]) if opts.get("pixdim") else None
+    if (output not in ("argmax", "sigmoid_brats") or len(values) != n_out or len(roi) != spatial_dims
+            or (pixdim is not None and len(pixdim) != spatial_dims)):
         raise ToolError(ErrorCode.schema, f"bundle {folder}: inconsistent metadata (output={output!r}, "
                         f"{len(values)} label values for {n_out} channels, roi {roi} for "
                         f"{spatial_dims}-D)", file=str(Path(folder) / "configs" / "metadata.json"))
     return Bundle(path=folder, network=network, device=device, spatial_dims=spatial_dims,
                   in_channels=in_channels, roi_size=roi, normalize=str(opts.get("normalize", "zscore")),
-                  output=output, label_values=values, channel_names=channel_def, meta=meta)
+                  output=output, label_values=values, channel_names=channel_def, pixdim=pixdim,
+                  meta=meta)
 
 
 def _normalize(x: np.ndarray, how: str) -> np.ndarray:
@@ -208,24 +214,39 @@ def _to_labels(logits: Any, bundle: Bundle) -> np.ndarray:
     return np.asarray(bundle.label_values, dtype=np.int16)[idx]
 
 
-def infer(bundle: Bundle, channels: np.ndarray, roi_size: int | None = None, sw_batch_size: int = 4,
-          overlap: float = 0.25) -> np.ndarray:
+def _zoom_shape(shape: tuple[int, ...], spacing: tuple[float, ...] | None,
+                pixdim: tuple[float, ...] | None) -> tuple[int, ...]:
+    """Spatial shape of the input on the bundle's training grid (unchanged within 5%)."""
+    if pixdim is None or spacing is None:
+        return shape
+    new = [max(1, int(round(n * s / p))) for n, s, p in zip(shape, spacing, pixdim)]
+    new += list(shape[len(new):])
+    return tuple(n if abs(m - n) <= 0.05 * n else m for n, m in zip(shape, new))
+
+
+def infer(bundle: Bundle, channels: np.ndarray, spacing: tuple[float, ...] | None = None,
+          roi_size: int | None = None, sw_batch_size: int = 4, overlap: float = 0.25) -> np.ndarray:
     """Label map (X, Y, Z) for a (C, X, Y, Z) stack of co-registered input channels.
 
     2-D bundles run slice-wise: the Z slices form the batch of
-    ``monai.inferers.sliding_window_inference``; 3-D bundles see the whole volume.
+    ``monai.inferers.sliding_window_inference``; 3-D bundles see the whole volume. When the
+    bundle states its training ``pixdim`` and ``spacing`` (mm per axis) differs, the input is
+    resampled (linear) to that voxel size and the labels come back (nearest) to the input grid.
     """
     import torch
     from monai.inferers import sliding_window_inference
+    from skimage.transform import resize
 
     if channels.ndim != 4 or channels.shape[0] != bundle.in_channels:
         raise ToolError(ErrorCode.shape, f"bundle {bundle.path} expects {bundle.in_channels} input "
                         f"channel(s) of 3-D volumes, got array {channels.shape}", arg="bundle_dir")
+    shape = tuple(channels.shape[1:])
+    work = _zoom_shape(shape, spacing, bundle.pixdim)
     x = _normalize(channels, bundle.normalize)
-    if bundle.spatial_dims == 2:
-        x = np.moveaxis(x, 3, 0)  # (Z, C, X, Y)
-    else:
-        x = x[None]
+    if work != shape:
+        x = np.stack([resize(c, work, order=1, preserve_range=True, anti_aliasing=False) for c in x])
+        x = x.astype(np.float32)
+    x = np.moveaxis(x, 3, 0) if bundle.spatial_dims == 2 else x[None]  # 2-D: (Z, C, X, Y)
     roi = (int(roi_size),) * bundle.spatial_dims if roi_size else bundle.roi_size
     tdev = torch_device(bundle.device)
     with torch.no_grad():
@@ -233,14 +254,18 @@ def infer(bundle: Bundle, channels: np.ndarray, roi_size: int | None = None, sw_
                                           sw_batch_size, bundle.network, overlap=overlap,
                                           mode="gaussian")
     lab = _to_labels(logits, bundle)
-    return np.moveaxis(lab, 0, 2) if bundle.spatial_dims == 2 else lab[0]
+    lab = np.moveaxis(lab, 0, 2) if bundle.spatial_dims == 2 else lab[0]
+    if work != shape:
+        lab = resize(lab, shape, order=0, preserve_range=True, anti_aliasing=False).astype(np.int16)
+    return lab
 
 
-def run_bundle(bundle_dir: str, channels: np.ndarray, device: str = "cpu", roi_size: int | None = None,
-               sw_batch_size: int = 4, overlap: float = 0.25) -> tuple[np.ndarray, dict[str, Any]]:
+def run_bundle(bundle_dir: str, channels: np.ndarray, spacing: tuple[float, ...] | None = None,
+               device: str = "cpu", roi_size: int | None = None, sw_batch_size: int = 4,
+               overlap: float = 0.25) -> tuple[np.ndarray, dict[str, Any]]:
     """Load (cached) and run a bundle; returns labels and audit meta for the output Mask."""
     bundle = load_bundle(bundle_dir, device)
-    labels = infer(bundle, channels, roi_size, sw_batch_size, overlap)
+    labels = infer(bundle, channels, spacing, roi_size, sw_batch_size, overlap)
     meta = {"method": "monai_bundle", "bundle": bundle.path,
             "bundle_name": bundle.meta.get("name", Path(bundle.path).name),
             "bundle_version": bundle.meta.get("version", ""), "roi_size": roi_size or list(bundle.roi_size),
