@@ -1,0 +1,156 @@
+"""Deliverables and audit files of one case, each written atomically (temp file + rename).
+
+Writers by artifact kind: image/cine/mask -> NIfTI; table -> JSON + CSV; classification,
+findings, transform, value -> JSON; report -> Markdown + JSON; kspace -> ``.npz``.
+The file a contract names is the primary file; companions share its stem.
+"""
+from __future__ import annotations
+
+import io
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..contracts.artifacts import ArtifactKind, kind_of
+from ..contracts.errors import ErrorCode, ToolError
+from ..contracts.workflow import Workflow
+from ..tools.io import artifact_to_dict, atomic_write_bytes, to_jsonable, write_json, write_nifti, write_table_csv
+from .digest import file_digest
+
+log = logging.getLogger(__name__)
+DONE_FILE = "_DONE"
+_NIFTI_KINDS = (ArtifactKind.image, ArtifactKind.cine, ArtifactKind.mask)
+_JSON_KINDS = (ArtifactKind.classification, ArtifactKind.findings, ArtifactKind.transform)
+DEFAULT_SUFFIX: dict[ArtifactKind, str] = {
+    ArtifactKind.image: ".nii.gz", ArtifactKind.cine: ".nii.gz", ArtifactKind.mask: ".nii.gz",
+    ArtifactKind.table: ".json", ArtifactKind.classification: ".json", ArtifactKind.findings: ".json",
+    ArtifactKind.transform: ".json", ArtifactKind.report: ".md", ArtifactKind.value: ".json",
+    ArtifactKind.kspace: ".npz",
+}
+
+
+def _stem(path: Path) -> Path:
+    name = path.name
+    for suf in (".nii.gz", ".nii", ".json", ".csv", ".md", ".npz"):
+        if name.endswith(suf):
+            return path.with_name(name[: -len(suf)])
+    return path
+
+
+def default_file(name: str, kind: ArtifactKind) -> str:
+    """File name for a deliverable without one in the contract (``<name><suffix>``)."""
+    return name + DEFAULT_SUFFIX.get(kind, ".json")
+
+
+def write_artifact(artifact: Any, path: str | Path) -> list[Path]:
+    """Write ``artifact`` at ``path`` (and its companions); returns the files, primary first.
+
+    Raises:
+        ToolError: ``schema`` when the artifact cannot be written in that form.
+    """
+    path, kind = Path(path), kind_of(artifact)
+    stem = _stem(path)
+    if kind in _NIFTI_KINDS:
+        if not path.name.endswith((".nii", ".nii.gz")):
+            path = stem.with_name(stem.name + ".nii.gz")
+        return [write_nifti(artifact, path)]
+    if kind == ArtifactKind.table:
+        as_json, as_csv = stem.with_suffix(".json"), stem.with_suffix(".csv")
+        first, second = (as_csv, as_json) if path.suffix == ".csv" else (as_json, as_csv)
+        write_json(artifact_to_dict(artifact), as_json)
+        write_table_csv(artifact, as_csv)
+        return [first, second]
+    if kind == ArtifactKind.report:
+        as_md, as_json = stem.with_suffix(".md"), stem.with_suffix(".json")
+        atomic_write_bytes(as_md, artifact.text.encode())
+        write_json(artifact_to_dict(artifact), as_json)
+        return [as_json, as_md] if path.suffix == ".json" else [as_md, as_json]
+    if kind in _JSON_KINDS:
+        return [write_json(artifact_to_dict(artifact), path)]
+    if kind == ArtifactKind.kspace:
+        buf = io.BytesIO()
+        np.savez(buf, data=artifact.data, mask=artifact.mask, affine=artifact.affine)
+        return [atomic_write_bytes(path, buf.getvalue())]
+    try:
+        return [write_json({"kind": "value", "value": artifact}, path)]
+    except TypeError as e:
+        raise ToolError(ErrorCode.schema, f"cannot write a {type(artifact).__name__} as a deliverable",
+                        file=str(path)) from e
+
+
+def measurements_of(name: str, artifact: Any, limit: int = 64) -> dict[str, Any]:
+    """Small scalars for the cohort row: a table's numeric cells, a classification's label.
+
+    One-row tables give ``<name>.<column>``; multi-row tables key rows by their
+    ``label``/``name``/``region`` column (else the row index).
+    """
+    kind, out = kind_of(artifact), {}
+    if kind == ArtifactKind.classification:
+        out[f"{name}.label"] = artifact.label
+        out.update({f"{name}.score.{k}": float(v) for k, v in artifact.scores.items()})
+    elif kind == ArtifactKind.table:
+        for i, row in enumerate(artifact.rows):
+            key = next((str(row[c]) for c in ("label", "name", "region") if c in row), str(i))
+            prefix = name if len(artifact.rows) == 1 else f"{name}.{key}"
+            for col, v in row.items():
+                v = to_jsonable(v)
+                if isinstance(v, (int, float, bool, str)) and col not in ("label", "name", "region"):
+                    out[f"{prefix}.{col}"] = v
+    elif kind == ArtifactKind.value and isinstance(artifact, (int, float, str, bool)):
+        out[name] = artifact
+    return dict(list(out.items())[:limit])
+
+
+def write_workflow(case_dir: str | Path, workflow: Workflow) -> Path:
+    return write_json(workflow.model_dump(mode="json"), Path(case_dir) / "workflow.json")
+
+
+def write_plan(case_dir: str | Path, sketch: Any) -> Path:
+    """``plan.json``: the sketch as the Brain emitted it (pydantic model or dict)."""
+    data = sketch.model_dump(mode="json") if hasattr(sketch, "model_dump") else sketch
+    return write_json(data, Path(case_dir) / "plan.json")
+
+
+def build_provenance(workflow: Workflow, records: dict[str, dict[str, Any]],
+                     deliverables: dict[str, dict[str, Any]], inputs: dict[str, dict[str, Any]],
+                     run_id: str) -> dict[str, Any]:
+    """``provenance.json`` content: for each deliverable the chain of nodes that made it.
+
+    Args:
+        records: node id -> what ran (tool, version, params, inputs, device, output digests...).
+        deliverables: name -> {node, field, files, artifact_digest}.
+        inputs: sequence name -> {path, format, sha256}.
+    """
+    import networkx as nx
+
+    g = workflow.to_networkx()
+    order = {n.id: i for i, n in enumerate(workflow.nodes)}
+    out: dict[str, Any] = {}
+    for name, d in deliverables.items():
+        chain = sorted(nx.ancestors(g, d["node"]) | {d["node"]}, key=lambda n: order.get(n, 0))
+        used_seqs = sorted({t.split(".", 2)[1] for n in chain for t in records.get(n, {}).get("inputs", {}).values()
+                            if t.startswith("@seq.")})
+        out[name] = {
+            "node": d["node"], "field": d["field"], "artifact_digest": d.get("artifact_digest"),
+            "files": {str(Path(f).name): file_digest(f) for f in d.get("files", []) if Path(f).exists()},
+            "chain": [dict(records.get(n, {"node": n, "status": "not run"}), node=n) for n in chain],
+            "inputs": {s: inputs.get(s) for s in used_seqs},
+        }
+    return {"run_id": run_id, "case": workflow.case_id, "task": workflow.task,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "deliverables": out}
+
+
+def write_provenance(case_dir: str | Path, provenance: dict[str, Any]) -> Path:
+    return write_json(provenance, Path(case_dir) / "provenance.json")
+
+
+def write_done(case_dir: str | Path, info: dict[str, Any]) -> Path:
+    """``_DONE`` marks a finished, validated case (resume skips it); written last."""
+    return write_json(info, Path(case_dir) / DONE_FILE)
+
+
+__all__ = ["DONE_FILE", "build_provenance", "default_file", "measurements_of", "write_artifact",
+           "write_done", "write_plan", "write_provenance", "write_workflow"]
