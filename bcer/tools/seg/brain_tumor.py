@@ -1,0 +1,198 @@
+"""``seg.brain_tumor``: BraTS labels (1 necrotic core, 2 oedema, 4 enhancing) from T1/T1c/T2/FLAIR.
+
+With ``bundle_dir`` a local MONAI bundle (4 input channels in the order t1, t1c, t2, flair)
+does the work. Otherwise a classical multi-contrast method whose every threshold is learned
+from the case itself:
+
+1. brain mask: Otsu on the mean of the contrasts (each scaled by its 99th percentile),
+   largest component, holes filled;
+2. each contrast is divided by its median inside the brain (normal tissue dominates, so
+   the median is a normal-tissue reference, robust to the tumour and to scanner scale);
+3. enhancing tumour (ET): T1c minus T1 far above its brain distribution (contrast uptake),
+   Otsu-split within the abnormal tail;
+4. whole tumour (WT): FLAIR hyperintensity (Otsu on the upper half of the brain's FLAIR),
+   united with ET, the component that holds most abnormal signal, holes filled (necrosis
+   and core sit inside the oedema);
+5. tumour core (TC): with ET, the rim's interior (holes of ET filled) plus T1c-dark voxels
+   inside it; without ET (low grade), the lower FLAIR/T1c class of the tumour's interior.
+"""
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple
+
+import numpy as np
+from scipy import ndimage as ndi
+from pydantic import Field
+from skimage.filters import threshold_otsu
+
+from ...contracts.artifacts import Image, Mask
+from ...contracts.errors import ErrorCode, ToolError
+from .._checks import require_same_grid, require_volume
+from ..registry import tool
+from ._common import BundleParams, fill_holes_2d, largest_component
+
+log = logging.getLogger(__name__)
+
+BRATS_LABELS = {1: "necrotic_core", 2: "oedema", 4: "enhancing"}
+_CONN = ndi.generate_binary_structure(3, 1)
+
+
+class BrainTumorParams(BundleParams):
+    smooth_sigma: float = Field(
+        0.6, ge=0.0, le=3.0, description="Gaussian pre-smoothing in voxels (noise robustness)")
+    min_et_fraction: float = Field(
+        0.03, ge=0.0, le=0.5, description="ET smaller than this fraction of WT is treated as absent")
+
+
+class BrainTumorSeg(NamedTuple):
+    labels: Mask
+    wt: Mask
+    tc: Mask
+    et: Mask
+
+
+def _brain_mask(stack: np.ndarray) -> np.ndarray:
+    scaled = [c / max(float(np.percentile(c, 99)), 1e-6) for c in stack]
+    mean = ndi.gaussian_filter(np.mean(scaled, axis=0), 1.0)
+    brain = largest_component(mean > threshold_otsu(mean), _CONN)
+    return fill_holes_2d(ndi.binary_fill_holes(brain))
+
+
+def _upper_otsu(values: np.ndarray) -> float:
+    """Otsu threshold of the values above the median: splits normal tissue from the bright tail."""
+    upper = values[values > np.median(values)]
+    return float(threshold_otsu(upper)) if upper.size > 1 and np.ptp(upper) > 0 else float(values.max())
+
+
+def _enhancing(t1: np.ndarray, t1c: np.ndarray, brain: np.ndarray) -> tuple[np.ndarray, float]:
+    """Contrast uptake: T1c - T1 (both relative to normal tissue) far above normal tissue.
+
+    Candidates must exceed both a robust z-score of 4 and a 30 % relative signal increase
+    (noise-free images have a tiny spread, so z alone flags trivial differences); the final
+    cut is half the candidates' median uptake (half-maximum of the enhancing plateau).
+    """
+    diff = t1c - t1
+    vals = diff[brain]
+    med = float(np.median(vals))
+    sd = 1.4826 * float(np.median(np.abs(vals - med)))
+    floor = max(med + 4.0 * sd, med + 0.3)
+    cand = brain & (diff > floor)
+    thr = max(floor, med + 0.5 * (float(np.median(diff[cand])) - med)) if cand.any() else floor
+    et = brain & (diff > thr)
+    lab, n = ndi.label(et, _CONN)
+    if n:  # isolated specks are noise; enhancing rims are connected structures
+        sizes = ndi.sum(et, lab, index=np.arange(1, n + 1))
+        et = np.isin(lab, 1 + np.flatnonzero(sizes >= 4))
+    return et, thr
+
+
+def _whole_tumour(flair: np.ndarray, t2: np.ndarray, et: np.ndarray, brain: np.ndarray) -> tuple[np.ndarray, float]:
+    thr = _upper_otsu(flair[brain])
+    cand = brain & ((flair > thr) | et)
+    cand = ndi.binary_opening(cand, _CONN) | et
+    lab, n = ndi.label(cand, _CONN)
+    if n == 0:
+        return cand, thr
+    # The tumour is the component with the largest abnormal-signal mass (not the largest
+    # bright cortex fold): sum of FLAIR excess over the threshold.
+    excess = ndi.sum(np.clip(flair - thr, 0, None) + 2.0 * et, lab, index=np.arange(1, n + 1))
+    wt = lab == (int(np.argmax(excess)) + 1)
+    wt = fill_holes_2d(ndi.binary_fill_holes(wt))
+    # Necrosis is T2-bright but FLAIR-dim: it is already inside the filled oedema shell.
+    return wt & brain, thr
+
+
+def _core(wt: np.ndarray, et: np.ndarray, flair: np.ndarray, t1c: np.ndarray, has_et: bool) -> np.ndarray:
+    if has_et:
+        # Necrosis is the T1c-dark class of the non-enhancing tumour (Otsu against oedema),
+        # kept where it touches the enhancing rim; then the rim's enclosed interior.
+        rest = wt & ~et
+        thr = float(threshold_otsu(t1c[rest])) if rest.sum() > 10 else 0.0
+        dark = rest & (t1c < thr)
+        lab, n = ndi.label(dark, _CONN)
+        near = ndi.binary_dilation(et, _CONN, iterations=2)
+        keep = np.unique(lab[near & dark])
+        dark = np.isin(lab, keep[keep > 0])
+        return fill_holes_2d(ndi.binary_fill_holes(et | dark)) & wt
+    # Low grade: the non-enhancing core is FLAIR/T1c-darker than the oedema around it; the
+    # outer shell (partial volume with normal tissue) is left out of the split.
+    interior = wt & ndi.binary_erosion(wt, _CONN)
+    if interior.sum() < 10:
+        return np.zeros_like(wt)
+    score = flair / np.median(flair[wt]) + t1c / np.median(t1c[wt])
+    thr = float(threshold_otsu(score[interior]))
+    core = largest_component(ndi.binary_opening(interior & (score < thr), _CONN), _CONN)
+    return fill_holes_2d(ndi.binary_fill_holes(core))
+
+
+def _classical(t1: Image, t1c: Image, t2: Image, flair: Image, p: BrainTumorParams) -> tuple[np.ndarray, dict]:
+    raw = np.stack([np.asarray(x.data, np.float64) for x in (t1, t1c, t2, flair)])
+    brain = _brain_mask(raw)
+    if brain.sum() < 100:
+        raise ToolError(ErrorCode.value_range, "no brain found: the contrasts are (nearly) empty",
+                        arg="t1")
+    ref = [max(float(np.median(c[brain])), 1e-6) for c in raw]
+    # The enhancing rim is 1-2 voxels thick: it is found unsmoothed; the large oedema and
+    # core regions are found on lightly smoothed images (noise robustness).
+    r1, r1c = raw[0] / ref[0], raw[1] / ref[1]
+    sm = [ndi.gaussian_filter(c, p.smooth_sigma) / r if p.smooth_sigma else c / r for c, r in zip(raw, ref)]
+    et, et_thr = _enhancing(r1, r1c, brain)
+    wt, fl_thr = _whole_tumour(sm[3], sm[2], et, brain)
+    n1c, nfl = sm[1], sm[3]
+    et &= wt
+    has_et = bool(et.sum() >= max(p.min_et_fraction * wt.sum(), 3))
+    if not has_et:
+        et[:] = False
+    tc = _core(wt, et, nfl, n1c, has_et) | et
+    labels = np.zeros(wt.shape, np.int16)
+    labels[wt] = 2
+    labels[tc] = 1
+    labels[et] = 4
+    meta = {"method": "classical_multicontrast", "flair_threshold_rel": fl_thr,
+            "enhancement_threshold_rel": et_thr, "enhancing_present": has_et,
+            "brain_voxels": int(brain.sum())}
+    return labels, meta
+
+
+@tool("seg.brain_tumor", version="1.0", milestone="segmentation",
+      resources={"num_cpus": 1, "memory_mb": 2048}, gpu="optional")
+def brain_tumor(t1: Image, t1c: Image, t2: Image, flair: Image, params: BrainTumorParams,
+                device: str = "cpu") -> BrainTumorSeg:
+    """Brain tumour labels (BraTS 1/2/4) and WT/TC/ET masks from four co-registered contrasts.
+
+    Args:
+        t1, t1c, t2, flair: the four contrasts on one voxel grid (register/resample first).
+        params: ``bundle_dir`` for a MONAI bundle (channels t1, t1c, t2, flair), else the
+            classical method with its smoothing and ET-presence settings.
+        device: "cpu" or "cuda" (bundle inference only).
+
+    Returns:
+        ``labels`` (0/1/2/4), ``wt`` (1+2+4), ``tc`` (1+4), ``et`` (4) on the input grid.
+
+    Raises:
+        ToolError: ``shape`` for non-3-D inputs or different grids, ``numeric`` for NaN/Inf.
+    """
+    for name, img in (("t1", t1), ("t1c", t1c), ("t2", t2), ("flair", flair)):
+        require_volume(img, name)
+        if name != "t1":
+            require_same_grid(t1, img, "t1", name)
+    if p := params.bundle_dir:
+        from .bundle import run_bundle
+
+        stack = np.stack([np.asarray(x.data, np.float32) for x in (t1, t1c, t2, flair)])
+        labels, meta = run_bundle(p, stack, t1.spacing, device, params.roi_size,
+                                  params.sw_batch_size, params.overlap)
+        labels = labels.astype(np.int16)
+    else:
+        labels, meta = _classical(t1, t1c, t2, flair, params)
+    vox = t1.voxel_volume_ml
+    meta.update({f"{k}_ml": float(np.count_nonzero(labels == v) * vox) for k, v in
+                 (("necrotic", 1), ("oedema", 2), ("enhancing", 4))})
+    aff = np.asarray(t1.affine, np.float64).copy()
+
+    def mk(data: np.ndarray, names: dict[int, str]) -> Mask:
+        return Mask(data.astype(np.int16), aff.copy(), dict(meta), labels=names)
+
+    return BrainTumorSeg(labels=mk(labels, dict(BRATS_LABELS)), wt=mk(labels > 0, {1: "WT"}),
+                         tc=mk((labels == 1) | (labels == 4), {1: "TC"}), et=mk(labels == 4, {1: "ET"}))
