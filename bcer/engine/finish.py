@@ -1,0 +1,54 @@
+"""Closing a case: contract validation, SR/TCR, final workflow and provenance, then ``_DONE``."""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..contracts.errors import ErrorCode
+from . import outputs as out
+from .validate import score, validate_deliverables
+
+log = logging.getLogger(__name__)
+
+
+def _validate(run: Any) -> tuple[dict[str, tuple[bool, str]], int | None, float | None]:
+    if run.contract is None:
+        return {}, None, None
+    checks = validate_deliverables(run.contract, run.ctx.output_dir, run.case)
+    for name, (ok, why) in checks.items():
+        run.trace.emit("validated", node=run.written.get(name, {}).get("node"), message=f"{name}: {why}",
+                       error_code=None if ok else ErrorCode.schema.value)
+    sr, tcr = score(run.contract, run.milestones, checks)
+    if run.error is None and not sr:
+        bad = next((n for n, (ok, _) in checks.items() if not ok), None)
+        missing = [m for m in run.contract.milestones if m not in run.milestones]
+        msg = (f"deliverable {bad!r} failed validation: {checks[bad][1]}" if bad
+               else f"milestones not reached: {missing}")
+        run.error = {"code": ErrorCode.schema.value, "message": msg, "node": None, "tool": None}
+    return checks, sr, tcr
+
+
+def finish_case(run: Any, outcome_cls: type) -> Any:
+    """Validate, score, write ``workflow.json`` and ``provenance.json``; ``_DONE`` last, only
+    for a case whose contract validated (without a contract: every required node succeeded)."""
+    checks, sr, tcr = _validate(run)
+    status = "succeeded" if run.error is None else ("halted" if run.halted else "failed")
+    out.write_workflow(run.ctx.output_dir, run.wf)
+    inputs = {k: {"path": str(run.case.sequences[k].path), "format": run.case.sequences[k].format,
+                  "sha256": m.get("sha256"), "frames": m.get("frames") or None}
+              for k, m in run.seq_meta.items() if m.get("ok")}
+    prov = out.build_provenance(run.wf, run.records, run.written, inputs, run.ctx.run_id)
+    out.write_provenance(run.ctx.output_dir, prov)
+    outcome = outcome_cls(
+        case_id=run.case.id, status=status, error=run.error, deliverables=run.deliverable_paths(),
+        node_status=dict(run.status), milestones_done=list(run.milestones), measurements=dict(run.measurements),
+        repairs=run.repairs, sr=sr, tcr=tcr, validations=checks, workflow=run.wf)
+    run.trace.emit("case_finished", message=f"status={status}" + (f" sr={sr} tcr={tcr:.3f}" if sr is not None else ""),
+                   error_code=(run.error or {}).get("code"))
+    if status == "succeeded":
+        out.write_done(run.ctx.output_dir, {"run_id": run.ctx.run_id, "case": run.case.id, "sr": sr, "tcr": tcr,
+                                            "deliverables": sorted(run.written)})
+    return outcome
+
+
+__all__ = ["finish_case"]

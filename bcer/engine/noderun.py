@@ -1,0 +1,109 @@
+"""What runs inside a Ray worker: one node's tool call, and one sequence load.
+
+Both return their results as separate values (Ray ``num_returns``) followed by a small meta
+dict, so a consumer receives exactly one field's ObjectRef and the driver learns timings,
+worker, device and digests without fetching any array. A ``ToolError`` is returned in the
+meta, not raised: it is a verdict for the Reflector, not a system failure for Ray to retry.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import time
+from typing import Any
+
+from ..contracts.case import SequenceRef
+from ..contracts.errors import ErrorCode, ToolError
+from ..tools.registry import REGISTRY, call_tool, load_all
+from .digest import artifact_digest, file_digest
+
+log = logging.getLogger(__name__)
+
+
+def _worker_id() -> str:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()[:12]
+    except Exception:  # outside a Ray worker (tests calling run_node directly)
+        return "local"
+
+
+def _ensure_tool(name: str, module: str) -> None:
+    """Tools registered outside ``bcer.tools`` (plugins, test modules) are imported by module."""
+    load_all()
+    if name not in REGISTRY and module:
+        importlib.import_module(module)
+    if name not in REGISTRY:
+        raise ToolError(ErrorCode.internal, f"tool {name!r} is not registered in this worker",
+                        hint=f"make module {module!r} importable on every Ray node", tool=name)
+
+
+def _pluck(value: Any, path: tuple[str, ...]) -> Any:
+    """Follow the subfields of ``@node.<id>.<field>.<sub>...`` (attributes, then keys)."""
+    for part in path:
+        if isinstance(value, dict):
+            value = value[part]
+        else:
+            value = getattr(value, part)
+    return value
+
+
+def _meta(t0: float, device: str, **extra: Any) -> dict[str, Any]:
+    t1 = time.time()
+    return {"t_start": t0, "t_end": t1, "duration_s": t1 - t0, "worker": _worker_id(),
+            "pid": os.getpid(), "device": device, **extra}
+
+
+def run_node(spec: dict[str, Any], *values: Any) -> tuple[Any, ...]:
+    """Run one node: ``spec`` names the tool, ports, params and outputs; ``values`` are the
+    resolved inputs (Ray has already fetched the ObjectRefs), in ``spec["ports"]`` order.
+
+    Returns:
+        one value per ``spec["outputs"]`` field, then the meta dict (``ok``, ``error``,
+        ``output_digests``, timings, worker, pid, device).
+    """
+    t0 = time.time()
+    outputs: list[str] = spec["outputs"]
+    device = spec.get("device", "cpu")
+    try:
+        _ensure_tool(spec["tool"], spec.get("module", ""))
+        inputs = {port: _pluck(v, tuple(path)) for (port, path), v in zip(spec["ports"], values)}
+        result = call_tool(spec["tool"], inputs, spec["params"], device=device)
+        missing = [f for f in outputs if f not in result]
+        if missing:
+            raise ToolError(ErrorCode.internal, f"{spec['tool']} returned no field {missing[0]!r}",
+                            tool=spec["tool"])
+        digests = {f: artifact_digest(result[f]) for f in outputs}
+    except ToolError as e:
+        e.with_context(node=spec.get("node"), case=spec.get("case"))
+        return (*([None] * len(outputs)), _meta(t0, device, ok=False, error=e.to_dict()))
+    except (KeyError, AttributeError) as e:  # a subfield path that the value does not have
+        err = ToolError(ErrorCode.bad_reference, f"input subfield not found: {e}", tool=spec["tool"],
+                        node=spec.get("node"))
+        return (*([None] * len(outputs)), _meta(t0, device, ok=False, error=err.to_dict()))
+    return (*(result[f] for f in outputs), _meta(t0, device, ok=True, error=None, output_digests=digests))
+
+
+def load_sequence_task(ref: SequenceRef) -> tuple[Any, dict[str, Any]]:
+    """Load one sequence of a case (shared by all its consumers) and digest its file(s)."""
+    from ..tools.io import load_sequence
+
+    t0 = time.time()
+    try:
+        artifact = load_sequence(ref)
+        frames = ref.options.get("frames") or []
+        digest = (file_digest(ref.path) if os.path.exists(ref.path)
+                  else artifact_digest(artifact))
+        extra = {f"frame{i}": file_digest(f) for i, f in enumerate(frames)} if frames else {}
+    except ToolError as e:
+        e.with_context(file=ref.path)
+        return None, _meta(t0, "cpu", ok=False, error=e.to_dict())
+    except Exception as e:  # a reader crashing on a bad file is still that file's fault
+        err = ToolError(ErrorCode.schema, f"cannot read {ref.path}: {type(e).__name__}: {e}", file=ref.path)
+        return None, _meta(t0, "cpu", ok=False, error=err.to_dict())
+    return artifact, _meta(t0, "cpu", ok=True, error=None, sha256=digest, frames=extra)
+
+
+__all__ = ["load_sequence_task", "run_node"]

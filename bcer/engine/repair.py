@@ -1,0 +1,100 @@
+"""The executor's side of local repair: describe a failure to the Reflector, apply its Patch.
+
+The Reflector (``bcer.actors.reflector``) decides; the executor only builds the ``Failure``
+(what failed, what is bindable now, what was bound) and applies the verdict to the running
+node. A Reflector that cannot be reached or that crashes is a Halt, never a crash.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..contracts.errors import ErrorCode
+from ..contracts.workflow import Node
+from ..tools.registry import get_tool
+from .tokens import parse_token
+
+log = logging.getLogger(__name__)
+
+
+def available_artifacts(run: Any) -> dict[str, str]:
+    """token -> ArtifactKind value of everything bindable now (sequences and finished outputs)."""
+    avail = {f"@seq.{k}": ref.kind.value for k, ref in run.case.sequences.items()}
+    for n in run.wf.nodes:
+        if run.status.get(n.id) != "succeeded":
+            continue
+        spec = get_tool(n.tool).spec
+        for f in n.outputs:
+            port = spec.output(f)
+            if port is not None:
+                avail[f"@node.{n.id}.{f}"] = port.kind.value
+    return avail
+
+
+def bound_kinds(run: Any, node: Node) -> dict[str, str]:
+    """port -> ArtifactKind value of what the node's tokens actually bound."""
+    from .binder import sequence_key
+
+    kinds: dict[str, str] = {}
+    for port, raw in node.inputs.items():
+        try:
+            tok = parse_token(raw)
+            if tok.scope == "seq":
+                key = sequence_key(run.case, tok.name)
+                if key is not None:
+                    kinds[port] = run.case.sequences[key].kind.value
+            elif tok.scope == "node":
+                out = get_tool(run.wf.node(tok.name).tool).spec.output(tok.field or "")
+                if out is not None:
+                    kinds[port] = out.kind.value
+        except Exception:  # an unbindable token has no kind; the reflector sees it missing
+            continue
+    return kinds
+
+
+def _reflector(run: Any) -> Any:
+    if run.reflector is None:
+        try:
+            from ..actors.reflector import reflector_actor
+
+            run.reflector = reflector_actor()
+        except Exception:
+            log.exception("no reflector available: failures of case %s are not repaired", run.case.id)
+            run.reflector = False
+    return run.reflector or None
+
+
+def ask_reflector(run: Any, node: Node, err: dict[str, Any], attempt: int) -> Any:
+    """The Reflector's verdict (a Patch or a Halt) for this failure; None without a reflector."""
+    from ..actors.reflector import Failure, Halt
+
+    refl = _reflector(run)
+    if refl is None:
+        return None
+    failure = Failure(case_id=run.case.id, node=node.model_copy(deep=True), error=err, attempt=attempt,
+                      available=available_artifacts(run), bound_kinds=bound_kinds(run, node),
+                      has_gpu=float(run.cluster.get("GPU", 0)) > 0)
+    try:
+        if hasattr(getattr(refl, "repair", None), "remote"):
+            import ray
+
+            ref = refl.repair.remote(failure, run.wf, run.case, run.contract)
+            return ray.get(ref, timeout=run.ctx.reflector_timeout_s)
+        return refl.repair(failure, run.wf, run.case, run.contract)
+    except Exception as e:  # an unreachable or crashing reflector halts this node, not the driver
+        log.exception("reflector failed on %s/%s", run.case.id, node.id)
+        return Halt(node_id=node.id, code=ErrorCode.internal.value,
+                    reason=f"reflector failed: {type(e).__name__}: {e}")
+
+
+def apply_patch(node: Node, patch: Any, device_override: dict[str, str]) -> None:
+    """Apply a Patch in place: ports it names are rebound, its params replace the node's
+    params (the Reflector returns the node's full, re-validated params), a device is pinned."""
+    node.inputs.update(dict(patch.inputs or {}))
+    if patch.params is not None:
+        node.params = dict(patch.params)
+    if getattr(patch, "device", None):
+        device_override[node.id] = patch.device
+
+
+__all__ = ["apply_patch", "ask_reflector", "available_artifacts", "bound_kinds"]
