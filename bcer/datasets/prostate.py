@@ -1,0 +1,379 @@
+"""Prostate phantoms (fastMRI-prostate / PI-CAI-like): axial T2w, ADC and high-b DWI.
+
+Anatomy is analytic in world space (RAS+ mm), centred on the gland: an irregular ellipsoid
+gland whose transition zone (TZ) is a smaller ellipsoid shifted anteriorly, the rest being
+the peripheral zone (PZ, a posterior/lateral shell); around it peri-prostatic fat, the
+obturator internus muscles, the pubic symphysis, the rectum (wall + air) behind it and
+(optionally) the bladder above it. Every sequence is the analytic anatomy evaluated at its
+own voxel centres, so labels on every grid are exact (no interpolation).
+
+Sequences (``size="full"`` / ``"small"``):
+- ``T2w``: axial, 0.5x0.5x3.0 mm (320x304x24) / 1.5x1.5x3.6 mm (88x80x20), oblique and
+  flipped axes when ``oblique`` (else the usual DICOM axial LPS orientation).
+- ``ADC`` (units of 1e-6 mm^2/s) and ``DWI`` (b = 1400 s/mm^2, ``S0 * exp(-b * ADC)``) on
+  their own coarser grid: 2x2x3 mm (84x80x24) / 2.5x2.5x3.6 mm (52x48x20).
+
+Misalignment (``misalign=True``): the diffusion series see the anatomy moved by a rigid
+world->world matrix ``M`` (``bcer.datasets.degrade.rigid_matrix``, rotation about the gland
+centre): tissue at T2w world point ``p`` appears in ADC/DWI at world point ``M @ p``.
+``truth["misalignment"]["matrix"]`` is ``M``: the fixed(T2w)->moving(ADC) transform in
+ITK/``Transform`` direction, the one ``register.rigid(fixed=T2w, moving=ADC)`` should recover;
+``matrix_adc_to_t2w`` is its inverse.
+
+Lesions (0-2): T2-dark, DWI-bright, low ADC, irregular blobs inside the gland. For each:
+``side`` is the sign of the lesion-mask centroid's RAS x (x > 0 -> "R"), ``zone`` the zone
+holding most of its voxels, ``size_mm`` its largest 3-D diameter (the largest distance
+between two lesion voxel centres on the T2w grid), ``adc`` its tissue ADC, ``t2_ratio`` its
+T2w signal divided by the normal T2w signal of its zone, boxes in voxels (inclusive min,
+exclusive max, T2w and ADC grids) and in world mm (the RAS axis-aligned box of its T2w
+voxel centres). Sizes never fall in 12.5-17.5 mm, ADC never in 850 +- 50 and T2 ratios
+never in 0.6 +- 0.1, so a measured value near the truth cannot cross a threshold.
+
+PI-RADS category (simplified v2.1, the exact rule ``pirads_category`` applies):
+- PZ (DWI/ADC dominant): ADC < 850 (markedly restricted) -> 5 if size >= 15 mm else 4;
+  otherwise (850 <= ADC < 1000, mildly/moderately restricted) -> 3.
+- TZ (T2 dominant): t2_ratio < 0.6 (homogeneous, moderately/markedly hypointense) ->
+  5 if size >= 15 mm else 4; otherwise 3, upgraded to 4 when DWI would score 5
+  (ADC < 850 and size >= 15 mm).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import ndimage
+from scipy.spatial import ConvexHull
+from scipy.spatial.distance import pdist
+from scipy.spatial.transform import Rotation
+
+from ..contracts.artifacts import Image, Mask
+from ..contracts.errors import ErrorCode, ToolError
+from .degrade import rician_noise, rigid_matrix
+from .geometry import make_affine, random_direction, world_coords
+from .phantom import Phantom, Size
+
+log = logging.getLogger(__name__)
+
+__all__ = ["make_prostate", "pirads_category", "PIRADS_RULE", "TISSUES", "B_VALUE", "GRIDS"]
+
+B_VALUE = 1400.0  # s/mm^2
+ADC_MARKED = 850.0  # 1e-6 mm^2/s: below this, DWI/ADC is "markedly" restricted
+T2_MARKED = 0.6  # lesion/zone T2w ratio below this is "moderately/markedly hypointense"
+SIZE_LARGE_MM = 15.0
+PIRADS_RULE = ("PZ: ADC<850 -> (size>=15mm ? 5 : 4), else 3. TZ: T2 ratio<0.6 -> (size>=15mm ? 5 : 4), "
+               "else 3, upgraded to 4 if ADC<850 and size>=15mm. ADC in 1e-6 mm2/s; size = largest 3-D "
+               "diameter; T2 ratio = lesion T2w / normal T2w of its zone.")
+
+# Tissue classes: name -> (T2w, ADC in 1e-6 mm^2/s, DWI S0); PZ/TZ values are jittered per case.
+TISSUES: dict[str, tuple[float, float, float]] = {
+    "air": (0.0, 0.0, 0.0), "fat": (750.0, 350.0, 60.0), "muscle": (220.0, 1400.0, 600.0),
+    "bone": (300.0, 400.0, 80.0), "rectal_wall": (300.0, 1200.0, 700.0), "lumen": (40.0, 0.0, 0.0),
+    "bladder": (1400.0, 2900.0, 1500.0), "PZ": (920.0, 1650.0, 1000.0), "TZ": (540.0, 1200.0, 800.0),
+}
+_CLASS = {name: i for i, name in enumerate(TISSUES)}
+ZONE_LABELS = {1: "PZ", 2: "TZ"}
+
+# size -> {grid: (spacing mm, shape)}
+GRIDS: dict[str, dict[str, tuple[tuple[float, float, float], tuple[int, int, int]]]] = {
+    "small": {"T2w": ((1.5, 1.5, 3.6), (88, 80, 20)), "ADC": ((2.5, 2.5, 3.6), (52, 48, 20))},
+    "full": {"T2w": ((0.5, 0.5, 3.0), (320, 304, 24)), "ADC": ((2.0, 2.0, 3.0), (84, 80, 24))},
+}
+
+
+def pirads_category(zone: str, size_mm: float, adc: float, t2_ratio: float) -> int:
+    """Simplified PI-RADS v2.1 category of one lesion (the rule in the module docstring)."""
+    large = size_mm >= SIZE_LARGE_MM
+    marked_dwi = adc < ADC_MARKED
+    if zone == "PZ":
+        return (5 if large else 4) if marked_dwi else 3
+    if t2_ratio < T2_MARKED:
+        return 5 if large else 4
+    return 4 if (marked_dwi and large) else 3
+
+
+@dataclass
+class _Blob:
+    """An ellipsoid whose boundary is rippled by a few random cosines of the direction."""
+
+    center: np.ndarray
+    semi: np.ndarray
+    rot: np.ndarray
+    ripple: list[tuple[float, np.ndarray, float]] = field(default_factory=list)
+
+    @classmethod
+    def random(cls, rng: np.random.Generator, center, semi, max_tilt_deg: float, ripple: float) -> "_Blob":
+        rot = Rotation.from_rotvec(rng.normal(size=3) / np.sqrt(3) * np.deg2rad(max_tilt_deg)).as_matrix()
+        waves = [(float(rng.uniform(0.4, 1.0) * ripple), rng.normal(size=3) * 1.6, float(rng.uniform(0, 2 * np.pi)))
+                 for _ in range(4)]
+        return cls(np.asarray(center, float), np.asarray(semi, float), rot, waves)
+
+    def inside(self, pts: np.ndarray) -> np.ndarray:
+        local = (pts - self.center) @ self.rot / self.semi  # row-vector form of R^T (p - c) / s
+        rho = np.linalg.norm(local, axis=-1)
+        u = local / np.maximum(rho, 1e-9)[..., None]
+        edge = 1.0 + sum(a * np.cos(u @ w + ph) for a, w, ph in self.ripple)
+        return rho < edge
+
+
+@dataclass
+class _Lesion:
+    blob: _Blob
+    adc: float
+    t2_ratio: float
+    zone: str = ""
+
+
+@dataclass
+class _Anatomy:
+    center: np.ndarray
+    gland: _Blob
+    tz: _Blob
+    rectum: tuple[np.ndarray, float, float, float]  # (centre xy, semi x, semi y, wall mm)
+    muscles: list[tuple[float, float, float, float]]  # (x, y, semi x, semi y) columns along z
+    symphysis: tuple[np.ndarray, np.ndarray]
+    bladder: _Blob | None
+    values: dict[str, tuple[float, float, float]]
+    lesions: list[_Lesion] = field(default_factory=list)
+
+    def classes(self, pts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Tissue class index and zone label (0/1 PZ/2 TZ) at world points (..., 3)."""
+        x, y, z = pts[..., 0], pts[..., 1], pts[..., 2]
+        cls = np.full(pts.shape[:-1], _CLASS["fat"], dtype=np.int8)
+        for mx, my, sx, sy in self.muscles:
+            cls[((x - mx) / sx) ** 2 + ((y - my) / sy) ** 2 < 1] = _CLASS["muscle"]
+        sc, ss = self.symphysis
+        cls[np.sum(((pts - sc) / ss) ** 2, axis=-1) < 1] = _CLASS["bone"]
+        (rx, ry), ax, ay, wall = self.rectum
+        r_out = ((x - rx) / ax) ** 2 + ((y - ry) / ay) ** 2
+        r_in = ((x - rx) / (ax - wall)) ** 2 + ((y - ry) / (ay - wall)) ** 2
+        cls[r_out < 1] = _CLASS["rectal_wall"]
+        cls[r_in < 1] = _CLASS["lumen"]
+        if self.bladder is not None:
+            cls[self.bladder.inside(pts)] = _CLASS["bladder"]
+        gland = self.gland.inside(pts)
+        tz = gland & self.tz.inside(pts)
+        cls[gland] = _CLASS["PZ"]
+        cls[tz] = _CLASS["TZ"]
+        zones = np.where(tz, 2, np.where(gland, 1, 0)).astype(np.int16)
+        return cls, zones
+
+    def lesion_labels(self, pts: np.ndarray, zones: np.ndarray) -> np.ndarray:
+        """Lesion index (1..n, 0 none) at world points; lesions stay inside the gland."""
+        out = np.zeros(pts.shape[:-1], dtype=np.int16)
+        for i, les in enumerate(self.lesions, start=1):
+            out[les.blob.inside(pts) & (zones > 0) & (out == 0)] = i
+        return out
+
+    def images(self, pts: np.ndarray, rng: np.random.Generator, noise: float
+               ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        """T2w, ADC and DWI arrays at world points, plus the zone and lesion labels there."""
+        cls, zones = self.classes(pts)
+        lesions = self.lesion_labels(pts, zones)
+        table = np.array([self.values[name] for name in TISSUES], dtype=np.float64)
+        t2, adc, s0 = (table[cls, c] for c in range(3))
+        for i, les in enumerate(self.lesions, start=1):
+            m = lesions == i
+            zt2, _, zs0 = self.values[les.zone]
+            t2[m], adc[m], s0[m] = les.t2_ratio * zt2, les.adc, zs0
+        dwi = s0 * np.exp(-B_VALUE * adc * 1e-6)
+        out = {"T2w": rician_noise(t2, noise * self.values["PZ"][0], rng),
+               "DWI": rician_noise(dwi, noise * 0.5 * self.values["PZ"][2], rng),
+               # ADC maps are fitted, not magnitudes: Gaussian error, clipped at 0
+               "ADC": np.clip(adc + rng.normal(0.0, noise * 1000.0, adc.shape), 0, None).astype(np.float32)}
+        return out, zones, lesions
+
+
+def _random_anatomy(rng: np.random.Generator, bladder: bool) -> _Anatomy:
+    c = rng.uniform(-3, 3, size=3)
+    a, b, h = rng.uniform(20, 25), rng.uniform(14, 18), rng.uniform(16, 21)
+    gland = _Blob.random(rng, c, (a, b, h), max_tilt_deg=8, ripple=0.05)
+    tz_scale = rng.uniform(0.62, 0.74)
+    tz = _Blob.random(rng, c + gland.rot @ np.array([0.0, 0.3 * b, 0.1 * h]),
+                      (tz_scale * a, (tz_scale - 0.03) * b, (tz_scale + 0.07) * h), max_tilt_deg=5, ripple=0.03)
+    rectum = (np.array([c[0] + rng.uniform(-3, 3), c[1] - b - rng.uniform(10, 13)]),
+              rng.uniform(11, 14), rng.uniform(9, 11), 3.5)
+    mx = a + rng.uniform(16, 22)
+    muscles = [(c[0] - mx, c[1], 8.0, 24.0), (c[0] + mx, c[1], 8.0, 24.0)]
+    symphysis = (c + np.array([0.0, b + rng.uniform(12, 16), 0.0]), np.array([7.0, 9.0, 22.0]))
+    bl = _Blob.random(rng, c + np.array([0.0, 6.0, h + 24.0]), (32, 26, 20), 5, 0.04) if bladder else None
+    values = dict(TISSUES)
+    values["PZ"] = (rng.uniform(850, 1000), rng.uniform(1550, 1800), 1000.0)
+    values["TZ"] = (rng.uniform(480, 600), rng.uniform(1100, 1300), 800.0)
+    return _Anatomy(c, gland, tz, rectum, muscles, symphysis, bl, values)
+
+
+def _lesion_design(rng: np.random.Generator, zone: str) -> tuple[float, float]:
+    """(ADC, T2 ratio) away from the rule thresholds (see module docstring)."""
+    low_adc = rng.random() < (0.65 if zone == "PZ" else 0.5)
+    adc = rng.uniform(560, 780) if low_adc else rng.uniform(910, 990)
+    dark = rng.random() < (0.75 if zone == "PZ" else 0.55)
+    t2_ratio = rng.uniform(0.35, 0.5) if dark else rng.uniform(0.72, 0.85)
+    return float(adc), float(t2_ratio)
+
+
+def _measure(mask: np.ndarray, pts: np.ndarray) -> tuple[float, np.ndarray]:
+    """Largest diameter (mm) and centroid (world) of the voxels of ``mask`` at points ``pts``."""
+    p = pts[mask]
+    if len(p) < 2:
+        return 0.0, p.mean(axis=0) if len(p) else np.zeros(3)
+    try:
+        hull = p[ConvexHull(p).vertices]
+    except Exception:  # flat or tiny sets: the hull is undefined, use every point
+        hull = p
+    return float(pdist(hull).max()), p.mean(axis=0)
+
+
+def _touches(blob: np.ndarray, others: np.ndarray) -> bool:
+    """True when a new lesion blob overlaps or touches (within 2 voxels) earlier lesions, which
+    would merge them into one connected region."""
+    return bool(others.any() and (blob & ndimage.binary_dilation(others, iterations=2)).any())
+
+
+def _place_lesions(rng: np.random.Generator, anat: _Anatomy, pts: np.ndarray, n: int) -> None:
+    """Add ``n`` lesions whose measured side/zone are the intended ones and whose size is
+    clear of the 15 mm threshold; retried with new random designs until they are."""
+    _, zones = anat.classes(pts)
+    for idx in range(n):
+        want_zone = "PZ" if rng.random() < 0.7 else "TZ"
+        want_side = str(rng.choice(["L", "R"]))
+        for _ in range(60):
+            cand = pts[(zones == (1 if want_zone == "PZ" else 2))
+                       & ((pts[..., 0] - 0.0) * (1 if want_side == "R" else -1) > 4.0)]
+            if len(cand) == 0:
+                break
+            center = cand[rng.integers(len(cand))]
+            diam = rng.uniform(19, 24) if rng.random() < 0.35 else rng.uniform(7, 12)
+            semi = diam / 2 * np.array([1.0, rng.uniform(0.75, 1.0), rng.uniform(0.75, 1.0)])
+            adc, t2r = _lesion_design(rng, want_zone)
+            les = _Lesion(_Blob.random(rng, center, semi, 90, 0.08), adc, t2r, want_zone)
+            anat.lesions.append(les)
+            lab = anat.lesion_labels(pts, zones)
+            m = lab == idx + 1
+            size, centroid = _measure(m, pts)
+            in_zone = np.bincount(zones[m], minlength=3) if m.any() else np.zeros(3)
+            ok = (m.sum() >= 8 and not (12.5 <= size <= 17.5) and abs(centroid[0]) > 2.0
+                  and ("R" if centroid[0] > 0 else "L") == want_side
+                  and int(np.argmax(in_zone[1:])) + 1 == (1 if want_zone == "PZ" else 2)
+                  and not _touches(les.blob.inside(pts), (lab > 0) & (lab <= idx)))
+            if ok:
+                break
+            anat.lesions.pop()
+        else:
+            log.warning("could not place lesion %d (%s %s) after 60 tries", idx + 1, want_zone, want_side)
+
+
+def _grid(rng: np.random.Generator, name: str, size: Size, oblique: bool, center: np.ndarray):
+    sp, shape = GRIDS[size][name]
+    if oblique:
+        direction = random_direction(rng, oblique_deg=10.0, flips=True)
+    else:
+        direction = np.diag([-1.0, -1.0, 1.0])  # DICOM axial: rows to patient left, columns posterior
+    return make_affine(direction, sp, shape, center + rng.uniform(-4, 4, size=3)), shape
+
+
+def _box(mask: np.ndarray) -> list[list[int]]:
+    idx = np.argwhere(mask)
+    return [idx.min(axis=0).tolist(), (idx.max(axis=0) + 1).tolist()]
+
+
+def _lesion_truth(anat: _Anatomy, t2_pts, t2_lab, t2_zones, t2_img, adc_pts, adc_lab, adc_img,
+                  voxel_ml: tuple[float, float]) -> list[dict[str, Any]]:
+    out = []
+    for i, les in enumerate(anat.lesions, start=1):
+        m, ma = t2_lab == i, adc_lab == i
+        size, centroid = _measure(m, t2_pts)
+        zone = ZONE_LABELS[int(np.argmax(np.bincount(t2_zones[m], minlength=3)[1:])) + 1]
+        p = t2_pts[m]
+        normal = t2_img[(t2_zones == (1 if zone == "PZ" else 2)) & (t2_lab == 0)]
+        rec = {"id": i, "label": i, "zone": zone, "side": "R" if centroid[0] > 0 else "L",
+               "size_mm": size, "volume_ml": float(m.sum() * voxel_ml[0]),
+               "volume_ml_adc": float(ma.sum() * voxel_ml[1]),
+               "adc": les.adc, "t2_ratio": les.t2_ratio,
+               "adc_mean": float(adc_img[ma].mean()) if ma.any() else None,
+               "t2_ratio_measured": float(t2_img[m].mean() / normal.mean()),
+               "centroid_world": centroid.tolist(),
+               "centroid_world_adc": adc_pts[ma].mean(axis=0).tolist() if ma.any() else None,
+               "box_voxel": _box(m), "box_voxel_adc": _box(ma) if ma.any() else None,
+               "box_world": [p.min(axis=0).tolist(), p.max(axis=0).tolist()]}
+        rec["category"] = pirads_category(zone, size, les.adc, les.t2_ratio)
+        out.append(rec)
+    return out
+
+
+def make_prostate(case_id: str, seed: int, size: Size = "small", n_lesions: int | None = None,
+                  misalign: bool = True, oblique: bool = True, noise: float = 0.02,
+                  bladder: bool | None = None) -> Phantom:
+    """A prostate phantom: T2w, ADC and DWI with zones, lesions and exact ground truth.
+
+    Args:
+        case_id: the case's id.
+        seed: everything random derives from it (same seed, same phantom).
+        size: ``"small"`` (fast, for tests) or ``"full"`` (realistic resolution).
+        n_lesions: 0, 1 or 2; random (seeded) when None.
+        misalign: move the diffusion series by a known rigid transform (see module docstring).
+        oblique: oblique, flipped grids; otherwise plain DICOM-axial (LPS) grids.
+        noise: noise std as a fraction of the normal PZ signal (T2w/DWI Rician, ADC Gaussian).
+        bladder: draw the bladder; random (70 %) when None.
+
+    Returns:
+        Phantom with sequences ``T2w``, ``ADC``, ``DWI``; labels ``zones`` (1 PZ, 2 TZ),
+        ``gland``, ``lesions`` (1..n) on the T2w grid and ``lesions_adc``, ``gland_adc`` on
+        the ADC grid; truth as described in the module docstring.
+
+    >>> ph = make_prostate("p001", seed=1, n_lesions=1)
+    >>> ph.truth["lesions"][0]["side"] in ("L", "R")
+    True
+    """
+    if size not in GRIDS:
+        raise ToolError(ErrorCode.value_range, f"unknown size {size!r}", hint=f"valid: {sorted(GRIDS)}", arg="size")
+    if n_lesions is not None and not 0 <= n_lesions <= 2:
+        raise ToolError(ErrorCode.value_range, f"n_lesions must be 0, 1 or 2, got {n_lesions}", arg="n_lesions")
+    rng = np.random.default_rng(seed)
+    n = int(rng.choice([0, 1, 2], p=[0.25, 0.45, 0.30])) if n_lesions is None else int(n_lesions)
+    anat = _random_anatomy(rng, bool(rng.random() < 0.7) if bladder is None else bladder)
+    t2_aff, t2_shape = _grid(rng, "T2w", size, oblique, anat.center)
+    adc_aff, adc_shape = _grid(rng, "ADC", size, oblique, anat.center)
+    t2_pts = world_coords(t2_aff, t2_shape)
+    _place_lesions(rng, anat, t2_pts, n)
+    move = np.eye(4)
+    motion: dict[str, Any] = {"rotation_deg": [0.0] * 3, "translation_mm": [0.0] * 3}
+    if misalign:
+        motion = {"rotation_deg": rng.uniform(-5, 5, 3).tolist(), "translation_mm": rng.uniform(-5, 5, 3).tolist()}
+        move = rigid_matrix(motion["rotation_deg"], motion["translation_mm"], anat.center)
+    t2_imgs, zones, lesions = anat.images(t2_pts, rng, noise)
+    # The diffusion scan shows at world point q the tissue that sits at M^-1 q in T2w space.
+    adc_world = world_coords(adc_aff, adc_shape)
+    adc_pts = adc_world @ np.linalg.inv(move)[:3, :3].T + np.linalg.inv(move)[:3, 3]
+    d_imgs, zones_adc, lesions_adc = anat.images(adc_pts, rng, noise)
+    t2 = Image(t2_imgs["T2w"], t2_aff, {"sequence": "T2w", "series_description": "AX_T2"})
+    adc = Image(d_imgs["ADC"], adc_aff, {"sequence": "ADC", "units": "1e-6 mm2/s",
+                                        "series_description": "AX_DIFFUSION_ADC"})
+    dwi = Image(d_imgs["DWI"], adc_aff.copy(), {"sequence": "DWI", "b_value": B_VALUE,
+                                                 "series_description": "AX_DIFFUSION_CALC_BVAL"})
+    les_names = {i: f"lesion_{i}" for i in range(1, len(anat.lesions) + 1)}
+    labels = {"zones": Mask(zones, t2_aff, {}, labels=dict(ZONE_LABELS)),
+              "gland": Mask((zones > 0).astype(np.int16), t2_aff, {}, labels={1: "gland"}),
+              "lesions": Mask(lesions, t2_aff, {}, labels=dict(les_names)),
+              "lesions_adc": Mask(lesions_adc, adc_aff, {}, labels=dict(les_names)),
+              "gland_adc": Mask((zones_adc > 0).astype(np.int16), adc_aff, {}, labels={1: "gland"})}
+    voxel_ml = (t2.voxel_volume_ml, adc.voxel_volume_ml)
+    lesion_truth = _lesion_truth(anat, t2_pts, lesions, zones, t2.data, adc_world, lesions_adc, adc.data, voxel_ml)
+    truth = {
+        "domain": "prostate", "n_lesions": len(lesion_truth), "lesions": lesion_truth,
+        "gland_volume_ml": labels["gland"].volume_ml(1),
+        "pz_volume_ml": labels["zones"].volume_ml(1), "tz_volume_ml": labels["zones"].volume_ml(2),
+        "max_category": max((les["category"] for les in lesion_truth), default=1),
+        "misalignment": {"fixed": "T2w", "moving": ["ADC", "DWI"], "matrix": move.tolist(),
+                         "matrix_adc_to_t2w": np.linalg.inv(move).tolist(), **motion,
+                         "center_world": anat.center.tolist(),
+                         "direction": "tissue at T2w world point p appears in ADC/DWI at matrix @ p "
+                                      "(ITK fixed->moving with fixed=T2w, moving=ADC)"},
+        "adc_units": "1e-6 mm2/s", "b_value": B_VALUE, "pirads_rule": PIRADS_RULE,
+        "tissue_values": {k: list(v) for k, v in anat.values.items()},
+        "has_bladder": anat.bladder is not None,
+    }
+    metadata = {"age": int(rng.integers(52, 80)), "sex": "M", "psa_ng_ml": round(float(rng.uniform(2, 25)), 1),
+                "b_value": B_VALUE, "history": "elevated PSA; rule out clinically significant prostate cancer"}
+    return Phantom(case_id, "prostate", {"T2w": t2, "ADC": adc, "DWI": dwi}, labels, metadata, truth)
