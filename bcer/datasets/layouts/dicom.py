@@ -1,0 +1,217 @@
+"""DICOM layout: one folder per case, one DICOM series per sequence.
+
+Written form (what ``write`` produces, and what ``read`` accepts among other shapes)::
+
+    <out>/<case>/AX_T2/IM_0001.dcm ...                 one MR series per sequence
+    <out>/<case>/AX_DIFFUSION_ADC/IM_0001.dcm ...
+    <out>/<case>/labels/<name>.nii.gz                  ground-truth label maps (phantoms only)
+    <out>/<case>/references/<name>.nii.gz              clean reference images (phantoms only)
+    <out>/<case>/bcer_truth.json                       truth sidecar (phantoms only)
+
+Reading identifies series by SeriesDescription, then ProtocolName, through the one alias
+table ``bcer.contracts.sequences.canonical_sequence`` (AX_T2 -> T2w, AX_DIFFUSION_ADC -> ADC,
+AX_DIFFUSION_CALC_BVAL -> DWI, ...), not by folder names: real exports nest series in any
+folder structure (or mix them in one folder). Series the table does not know are kept under
+their sanitised description. Only headers are read; pixels load lazily through
+``bcer.tools.io.load_sequence`` (format ``dicom``, ``options.series_uid``).
+"""
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from ...contracts.artifacts import Image, Mask
+from ...contracts.case import Case, SequenceRef
+from ...contracts.errors import ErrorCode, ToolError
+from ...contracts.sequences import canonical_sequence
+from ...tools.io.dicom import list_series, sanitise_description, write_series
+from ..phantom import Phantom
+from ._common import read_truth, sanitize_case_id, write_truth, write_volume
+
+log = logging.getLogger(__name__)
+
+NAME = "dicom"
+# canonical sequence -> SeriesDescription written for it (others keep their canonical name)
+SERIES_DESCRIPTION = {"T2w": "AX_T2", "ADC": "AX_DIFFUSION_ADC", "DWI": "AX_DIFFUSION_CALC_BVAL"}
+_MAX_PROBE = 64  # files looked at by ``detect`` before giving up
+
+__all__ = ["NAME", "SERIES_DESCRIPTION", "detect", "write", "read", "series_name"]
+
+
+def _has_dicom_magic(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            f.seek(128)
+            return f.read(4) == b"DICM"
+    except OSError:
+        return False
+
+
+def _holds_dicom(folder: Path) -> bool:
+    for i, p in enumerate(q for q in folder.rglob("*") if q.is_file()):
+        if i >= _MAX_PROBE:
+            return False
+        if _has_dicom_magic(p):
+            return True
+    return False
+
+
+def _case_dirs(root: Path) -> list[Path]:
+    subs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    found = [d for d in subs if _holds_dicom(d)]
+    if not found and any(_has_dicom_magic(p) for p in root.iterdir() if p.is_file()):
+        return [root]  # a single case exported straight into root
+    return found
+
+
+def detect(root: Path) -> bool:
+    """True when ``root`` holds case folders with DICOM Part-10 files (the 'DICM' marker)."""
+    root = Path(root)
+    return root.is_dir() and bool(_case_dirs(root))
+
+
+def series_name(description: str, protocol: str = "") -> str:
+    """Canonical sequence name of a series, or its sanitised description when unknown."""
+    return canonical_sequence(description) or canonical_sequence(protocol) or sanitise_description(
+        description or protocol)
+
+
+# ----------------------------------------------------------------------------- writing
+
+def _patient_tags(metadata: dict[str, Any]) -> dict[str, Any]:
+    tags: dict[str, Any] = {}
+    if isinstance(metadata.get("age"), (int, float)):
+        tags["PatientAge"] = f"{int(metadata['age']):03d}Y"
+    if metadata.get("sex") in ("M", "F", "O"):
+        tags["PatientSex"] = metadata["sex"]
+    if isinstance(metadata.get("weight"), (int, float)):
+        tags["PatientWeight"] = f"{float(metadata['weight']):.1f}"
+    if isinstance(metadata.get("height"), (int, float)):  # DICOM stores metres; bcer uses cm
+        tags["PatientSize"] = f"{float(metadata['height']) / 100.0:.3f}"
+    return tags
+
+
+def _write_case(p: Phantom, out: Path) -> Path:
+    from pydicom.uid import generate_uid
+
+    cid = sanitize_case_id(p.case_id)
+    d = out / cid
+    study_uid, tags = generate_uid(), _patient_tags(p.metadata)
+    for number, (seq, art) in enumerate(p.sequences.items(), start=1):
+        if not isinstance(art, Image) or np.ndim(art.data) != 3:
+            raise ToolError(ErrorCode.schema, f"sequence {seq} of {p.case_id} is a {type(art).__name__}; "
+                            "the DICOM layout stores 3-D images only",
+                            hint="use the acdc/fastmri/cmrx layout for cine or k-space data", case=p.case_id)
+        desc = SERIES_DESCRIPTION.get(seq, seq)
+        extra = dict(tags)
+        if "b_value" in art.meta:
+            extra["DiffusionBValue"] = float(art.meta["b_value"])
+        write_series(art, d / desc, desc, series_number=number, patient_id=cid,
+                     study_uid=study_uid, extra=extra)
+    labels = {n: write_volume(m, d / "labels" / f"{n}.nii.gz") for n, m in p.labels.items()}
+    refs = {n: write_volume(img, d / "references" / f"{n}.nii.gz") for n, img in p.references.items()}
+    write_truth(d, p, labels, refs)
+    return d
+
+
+def write(phantoms: Iterable[Phantom], out: Path) -> list[Case]:
+    """Write phantoms as DICOM case folders under ``out``; returns the read-back Cases of
+    exactly the written ones, in order."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    dirs = [_write_case(p, out) for p in phantoms]
+    return [_read_case(d) for d in dirs]
+
+
+# ----------------------------------------------------------------------------- reading
+
+def _age(value: Any) -> float | None:
+    m = re.fullmatch(r"(\d{1,3})([DWMY]?)", str(value or "").strip())
+    if not m:
+        return None
+    per_year = {"D": 365.25, "W": 52.18, "M": 12.0, "Y": 1.0, "": 1.0}[m.group(2)]
+    return round(int(m.group(1)) / per_year, 2)
+
+
+def _header_metadata(first_file: str) -> dict[str, Any]:
+    """Patient metadata from one header (real data carries no truth sidecar)."""
+    import pydicom
+
+    ds = pydicom.dcmread(first_file, stop_before_pixels=True,
+                         specific_tags=["PatientAge", "PatientSex", "PatientWeight", "PatientSize"])
+    meta: dict[str, Any] = {}
+    if _age(ds.get("PatientAge")) is not None:
+        meta["age"] = _age(ds.get("PatientAge"))
+    if ds.get("PatientSex"):
+        meta["sex"] = str(ds.PatientSex)
+    try:
+        if ds.get("PatientWeight"):
+            meta["weight"] = float(ds.PatientWeight)
+        if ds.get("PatientSize"):
+            meta["height"] = round(float(ds.PatientSize) * 100.0, 1)
+    except (TypeError, ValueError):
+        log.debug("unparseable patient size/weight in %s", first_file)
+    return meta
+
+
+def _guess_domain(names: Iterable[str]) -> str:
+    names = set(names)
+    if {"T2w", "ADC", "DWI"} & names:
+        return "prostate"
+    if {"T1", "T1c", "T2", "FLAIR"} & names:
+        return "brain"
+    return "unknown"
+
+
+def _read_case(d: Path) -> Case:
+    sequences: dict[str, SequenceRef] = {}
+    series = list_series(d)
+    for s in series:
+        name = series_name(s["SeriesDescription"], s["ProtocolName"])
+        if name in sequences:  # two series with one name: keep both, numbered
+            name = f"{name}_{s['SeriesNumber'] or len(sequences) + 1}"
+        sequences[name] = SequenceRef(path=str(Path(s["folder"]).resolve()), format="dicom", kind="image",
+                                      options={"series_uid": s["SeriesInstanceUID"],
+                                               "series_description": s["SeriesDescription"],
+                                               "n_files": s["n_files"]})
+    truth = read_truth(d)
+    metadata = _header_metadata(series[0]["files"][0]) if series else {}
+    gt = None
+    domain = _guess_domain(sequences)
+    if truth is not None:
+        metadata.update(truth["metadata"])
+        domain = truth.get("domain") or domain
+        gt = {k: truth[k] for k in ("values", "labels", "references")}
+    return Case(id=sanitize_case_id(d.name), root=str(d.resolve()), domain=domain,
+                sequences=sequences, metadata=metadata, ground_truth=gt, layout=NAME)
+
+
+def read(root: Path) -> list[Case]:
+    """Every case under ``root`` as a lazy Case (headers only; no pixel data is loaded).
+
+    Raises:
+        ToolError: ``input_missing`` when ``root`` does not exist or holds no DICOM case;
+            ``schema`` for a damaged DICOM header or truth sidecar (naming the file).
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise ToolError(ErrorCode.input_missing, f"DICOM dataset folder not found: {root}", file=str(root))
+    dirs = _case_dirs(root)
+    if not dirs:
+        raise ToolError(ErrorCode.input_missing, f"no DICOM case folders under {root}", file=str(root),
+                        hint="expected <root>/<case>/<series>/*.dcm")
+    return [_read_case(d) for d in dirs]
+
+
+def load_label(case: Case, name: str) -> Mask:
+    """Convenience: the ground-truth label map ``name`` of a case written by ``write``."""
+    from ...tools.io import load_sequence
+
+    if not case.ground_truth or name not in case.ground_truth.get("labels", {}):
+        raise ToolError(ErrorCode.input_missing, f"case {case.id} has no ground-truth label {name!r}",
+                        case=case.id)
+    return load_sequence(SequenceRef.model_validate(case.ground_truth["labels"][name]))
