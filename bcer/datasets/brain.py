@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -63,25 +64,63 @@ _GRIDS = {  # size -> (MNI resolution mm, in-plane spacing range, slice spacing 
 _BRAIN_CENTRE = np.array([0.0, -18.0, 10.0])  # MNI mm, middle of the brain mask's extent
 
 
+_MNI_FILES = {"t1": "mni_icbm152_t1_tal_nlin_sym_09a_converted.nii.gz",
+              "gm": "mni_icbm152_gm_tal_nlin_sym_09a_converted.nii.gz",
+              "wm": "mni_icbm152_wm_tal_nlin_sym_09a_converted.nii.gz"}
+
+
+def _mni_1mm() -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The 1 mm MNI152 (2009a) T1, GM and WM images nilearn ships, read with nibabel.
+
+    Reading the files directly skips importing ``nilearn.datasets`` (which pulls in
+    scikit-learn, seconds on a small machine); the public loaders are the fallback.
+    """
+    import importlib.util
+
+    import nibabel as nib
+
+    spec = importlib.util.find_spec("nilearn")
+    folder = Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" if spec else None
+    if folder is not None and all((folder / f).exists() for f in _MNI_FILES.values()):
+        imgs = {k: nib.load(str(folder / f)) for k, f in _MNI_FILES.items()}
+    else:
+        try:
+            from nilearn import datasets
+        except ImportError as e:  # pragma: no cover - nilearn is a core dependency
+            raise ToolError(ErrorCode.resource, "nilearn's MNI152 templates are needed for brain "
+                            "anatomy", hint="pip install nilearn") from e
+        imgs = {"t1": datasets.load_mni152_template(1), "gm": datasets.load_mni152_gm_template(1),
+                "wm": datasets.load_mni152_wm_template(1)}
+    data = {k: np.asarray(im.dataobj, dtype=np.float32) for k, im in imgs.items()}
+    return data, np.asarray(imgs["gm"].affine, dtype=np.float64)
+
+
+def _block_mean(x: np.ndarray, f: int) -> np.ndarray:
+    n = [s // f for s in x.shape]
+    x = x[: n[0] * f, : n[1] * f, : n[2] * f]
+    return x.reshape(n[0], f, n[1], f, n[2], f).mean(axis=(1, 3, 5))
+
+
 @lru_cache(maxsize=2)
 def _mni_tissues(resolution: int) -> tuple[np.ndarray, np.ndarray]:
-    """(4, X, Y, Z) float32 fractions [background, CSF, GM, WM] and the MNI affine."""
-    try:
-        from nilearn import datasets
-    except ImportError as e:  # pragma: no cover - nilearn is a core dependency
-        raise ToolError(ErrorCode.resource, "nilearn is needed for brain anatomy",
-                        hint="pip install nilearn") from e
-    gm_img = datasets.load_mni152_gm_template(resolution=resolution)
-    gm = np.asarray(gm_img.dataobj, dtype=np.float32)
-    wm = np.asarray(datasets.load_mni152_wm_template(resolution=resolution).dataobj, np.float32)
-    brain = np.asarray(datasets.load_mni152_brain_mask(resolution=resolution).dataobj, np.float32)
-    gm, wm = np.clip(gm, 0, 1) * brain, np.clip(wm, 0, 1) * brain
-    tissue = np.clip(gm + wm, 1e-6, None)
-    over = np.clip(tissue, 1.0, None)  # GM+WM may exceed 1 near boundaries: renormalise
+    """(4, X, Y, Z) float32 fractions [background, CSF, GM, WM] and their affine.
+
+    The brain is nilearn's own definition (rescaled T1 template > 0.2); CSF is what it holds
+    beyond GM + WM. Coarser resolutions are exact block means of the 1 mm fractions.
+    """
+    data, affine = _mni_1mm()
+    brain = (data["t1"] / data["t1"].max() > 0.2).astype(np.float32)
+    gm, wm = np.clip(data["gm"], 0, 1) * brain, np.clip(data["wm"], 0, 1) * brain
+    over = np.clip(gm + wm, 1.0, None)  # GM+WM may exceed 1 near boundaries: renormalise
     gm, wm = gm / over, wm / over
     csf = np.clip(brain - gm - wm, 0.0, 1.0)
-    bg = np.clip(1.0 - gm - wm - csf, 0.0, 1.0)
-    return np.stack([bg, csf, gm, wm]).astype(np.float32), np.asarray(gm_img.affine, np.float64)
+    frac = [1.0 - brain, csf, gm, wm]
+    if resolution > 1:
+        frac = [_block_mean(f, resolution) for f in frac]
+        scale = np.diag([resolution, resolution, resolution, 1.0]).astype(np.float64)
+        scale[:3, 3] = (resolution - 1) / 2.0  # new voxel 0 sits at the centre of the block
+        affine = affine @ scale
+    return np.stack(frac).astype(np.float32), affine
 
 
 def _grid(rng: np.random.Generator, size: str, oblique: bool) -> tuple[np.ndarray, tuple[int, ...]]:

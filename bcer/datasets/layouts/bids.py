@@ -148,14 +148,17 @@ def write(phantoms: Iterable[Phantom], out: Path) -> list[Case]:
     written subjects."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    phantoms = list(phantoms)
-    rows = [_write_subject(p, out) for p in phantoms]
+    rows, domains = [], set()
+    for p in phantoms:  # one phantom in memory at a time
+        rows.append(_write_subject(p, out))
+        domains.add(p.domain)
     _write_participants(rows, out)
-    if not (out / "dataset_description.json").exists():
-        write_json({"Name": "bcer synthetic phantoms", "BIDSVersion": BIDS_VERSION, "DatasetType": "raw",
-                    "GeneratedBy": [{"Name": "bcer", "Description": "synthetic MRI phantoms"}],
-                    "bcer_domains": sorted({p.domain for p in phantoms})},
-                   out / "dataset_description.json")
+    desc = out / "dataset_description.json"
+    if desc.exists():
+        domains |= set(json.loads(desc.read_text()).get("bcer_domains") or [])
+    write_json({"Name": "bcer synthetic phantoms", "BIDSVersion": BIDS_VERSION, "DatasetType": "raw",
+                "GeneratedBy": [{"Name": "bcer", "Description": "synthetic MRI phantoms"}],
+                "bcer_domains": sorted(domains)}, desc)
     by_id = {c.id: c for c in read(out)}
     return [by_id[r["participant_id"]] for r in rows]
 
