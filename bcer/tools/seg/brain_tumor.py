@@ -87,10 +87,23 @@ def _enhancing(t1: np.ndarray, t1c: np.ndarray, brain: np.ndarray) -> tuple[np.n
     return et, thr
 
 
-def _whole_tumour(flair: np.ndarray, t2: np.ndarray, et: np.ndarray, brain: np.ndarray) -> tuple[np.ndarray, float]:
+def _touching(cand: np.ndarray, seed: np.ndarray) -> np.ndarray:
+    """Components of ``cand`` that touch ``seed`` (dilated by one voxel)."""
+    lab, _ = ndi.label(cand, _CONN)
+    keep = np.unique(lab[ndi.binary_dilation(seed, _CONN) & cand])
+    return np.isin(lab, keep[keep > 0])
+
+
+def _whole_tumour(flair: np.ndarray, t2: np.ndarray, t1c: np.ndarray, et: np.ndarray,
+                  brain: np.ndarray) -> tuple[np.ndarray, float]:
     thr = _upper_otsu(flair[brain])
     cand = brain & ((flair > thr) | et)
     cand = ndi.binary_opening(cand, _CONN) | et
+    # Necrosis is T2-bright like CSF but neither FLAIR-suppressed nor T1c-grey (CSF/GM
+    # partial volume is); it counts only where it touches the enhancing rim.
+    if et.any():
+        necro = brain & (t2 > _upper_otsu(t2[brain])) & (flair > 0.5 * thr) & (t1c < 0.5)
+        cand |= _touching(necro, et)
     lab, n = ndi.label(cand, _CONN)
     if n == 0:
         return cand, thr
@@ -99,7 +112,6 @@ def _whole_tumour(flair: np.ndarray, t2: np.ndarray, et: np.ndarray, brain: np.n
     excess = ndi.sum(np.clip(flair - thr, 0, None) + 2.0 * et, lab, index=np.arange(1, n + 1))
     wt = lab == (int(np.argmax(excess)) + 1)
     wt = fill_holes_2d(ndi.binary_fill_holes(wt))
-    # Necrosis is T2-bright but FLAIR-dim: it is already inside the filled oedema shell.
     return wt & brain, thr
 
 
@@ -107,13 +119,13 @@ def _core(wt: np.ndarray, et: np.ndarray, flair: np.ndarray, t1c: np.ndarray, ha
     if has_et:
         # Necrosis is the T1c-dark class of the non-enhancing tumour (Otsu against oedema),
         # kept where it touches the enhancing rim; then the rim's enclosed interior.
+        # Otsu alone would split a necrosis-free oedema in two: the dark class must also be
+        # well below the oedema's level (half its median).
         rest = wt & ~et
-        thr = float(threshold_otsu(t1c[rest])) if rest.sum() > 10 else 0.0
-        dark = rest & (t1c < thr)
-        lab, n = ndi.label(dark, _CONN)
-        near = ndi.binary_dilation(et, _CONN, iterations=2)
-        keep = np.unique(lab[near & dark])
-        dark = np.isin(lab, keep[keep > 0])
+        thr = 0.0
+        if rest.sum() > 10:
+            thr = min(float(threshold_otsu(t1c[rest])), 0.5 * float(np.median(t1c[rest])))
+        dark = _touching(rest & (t1c < thr), et)
         return fill_holes_2d(ndi.binary_fill_holes(et | dark)) & wt
     # Low grade: the non-enhancing core is FLAIR/T1c-darker than the oedema around it; the
     # outer shell (partial volume with normal tissue) is left out of the split.
@@ -138,7 +150,7 @@ def _classical(t1: Image, t1c: Image, t2: Image, flair: Image, p: BrainTumorPara
     r1, r1c = raw[0] / ref[0], raw[1] / ref[1]
     sm = [ndi.gaussian_filter(c, p.smooth_sigma) / r if p.smooth_sigma else c / r for c, r in zip(raw, ref)]
     et, et_thr = _enhancing(r1, r1c, brain)
-    wt, fl_thr = _whole_tumour(sm[3], sm[2], et, brain)
+    wt, fl_thr = _whole_tumour(sm[3], sm[2], sm[1], et, brain)
     n1c, nfl = sm[1], sm[3]
     et &= wt
     has_et = bool(et.sum() >= max(p.min_et_fraction * wt.sum(), 3))
