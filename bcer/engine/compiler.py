@@ -82,7 +82,8 @@ class _Ctx:
         self.errors.append(ToolError(code, message, hint, **context))
 
 
-def _tools(registry: Mapping[str, Any] | None) -> Mapping[str, Any]:
+def resolve_registry(registry: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    """``registry`` itself, or the global tool registry with every tool module loaded."""
     if registry is not None:
         return registry
     from ..tools.registry import REGISTRY, load_all
@@ -445,7 +446,7 @@ def compile_plan(sketch: PlanSketch, case: Case, contract: TaskContract | None =
 
     >>> wf = compile_plan(sketch, case, contract)  # doctest: +SKIP
     """
-    ctx = _Ctx(case, contract, _tools(registry))
+    ctx = _Ctx(case, contract, resolve_registry(registry))
     _check_ids(ctx, sketch)
     ids = [s.id for s in sketch.steps]
     for step in sketch.steps:
@@ -486,7 +487,7 @@ def validate_node(workflow: Workflow, node: Node, case: Case, contract: TaskCont
     Raises:
         CompileError: naming the node (as ``step``) and the arg.
     """
-    ctx = _Ctx(case, contract, _tools(registry))
+    ctx = _Ctx(case, contract, resolve_registry(registry))
     reg = _resolve_tool(ctx, node.id, node.tool)
     if reg is None:
         raise CompileError(ctx.errors)
@@ -507,4 +508,4 @@ def validate_node(workflow: Workflow, node: Node, case: Case, contract: TaskCont
     return _node(d, node.required)
 
 
-__all__ = ["CompileError", "RUNTIME_SAMPLES", "compile_plan", "validate_node"]
+__all__ = ["CompileError", "RUNTIME_SAMPLES", "compile_plan", "resolve_registry", "validate_node"]

@@ -1,0 +1,540 @@
+"""The Reflector: bounded, local repair of one failed node (DESIGN "Failure and repair").
+
+Given a :class:`Failure` (the node, its ``ToolError`` as a dict, what is bindable now), the
+Reflector returns a :class:`Patch` (new inputs/params/device for that node only) or a
+:class:`Halt`. Repair tiers are tried in order:
+
+- :class:`Tier1` is deterministic and routes on ``ErrorCode`` and ``error["context"]["arg"]``
+  (which ``bcer.tools.registry`` sets), never on message text.
+- Tier 2 is an LLM asked for a patch constrained by :func:`patch_schema` (the tool's own
+  params, and the ports bound only to artifacts bindable now); :class:`LLMTier` adapts any
+  completion backend (``complete(prompt, schema) -> dict``) to the :class:`RepairTier`
+  protocol.
+
+Every patch is re-validated by ``bcer.engine.compiler.validate_node`` before it is returned
+(an invalid or no-op patch falls through to the next tier). Budgets per (case, node) and per
+case bound the loop; sandbox violations and missing inputs halt at once, never "repaired"
+into something else.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..contracts.case import Case
+from ..contracts.errors import ErrorCode
+from ..contracts.task import TaskContract
+from ..contracts.workflow import Node, Workflow
+from ..engine.compiler import CompileError, resolve_registry, validate_node
+from ..engine.tokens import RUNTIME_KEYS, is_token, normalise_seq, parse_token
+
+log = logging.getLogger(__name__)
+
+HALT_AT_ONCE = frozenset({ErrorCode.sandbox, ErrorCode.input_missing})
+_SHRINKABLE = re.compile(r"(window|patch|roi|batch)", re.IGNORECASE)
+
+
+class Failure(BaseModel):
+    """One failed node, as the executor reports it to the Reflector.
+
+    ``available``: token -> ArtifactKind value of every artifact bindable now (``@seq.*`` and
+    outputs of finished nodes). ``bound_kinds``: port -> kind of what was actually bound.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    case_id: str
+    node: Node
+    error: dict[str, Any]
+    attempt: int = 1
+    available: dict[str, str] = Field(default_factory=dict)
+    bound_kinds: dict[str, str] = Field(default_factory=dict)
+    has_gpu: bool = False
+
+    @property
+    def code(self) -> ErrorCode:
+        try:
+            return ErrorCode(self.error.get("code", "internal"))
+        except ValueError:
+            return ErrorCode.internal
+
+    @property
+    def arg(self) -> str | None:
+        return (self.error.get("context") or {}).get("arg")
+
+
+class Patch(BaseModel):
+    """New args for one node. ``inputs`` and ``params`` are the node's COMPLETE new inputs and
+    params (so replacing and ``dict.update`` give the same node); ``device`` None keeps the
+    executor's choice, "cpu" forces the CPU path."""
+
+    model_config = ConfigDict(extra="forbid")
+    node_id: str
+    inputs: dict[str, str]
+    params: dict[str, Any]
+    device: str | None = None
+    reason: str
+    tier: int
+
+    def apply(self, node: Node) -> Node:
+        """The node with this patch applied."""
+        return node.model_copy(update={"inputs": dict(self.inputs), "params": dict(self.params)})
+
+
+class Halt(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    node_id: str
+    code: str
+    reason: str
+
+
+@runtime_checkable
+class RepairTier(Protocol):
+    def propose(self, failure: Failure, workflow: Workflow, case: Case) -> Patch | Halt | None:
+        """A patch, a halt, or None for "not mine" (the next tier is asked)."""
+
+
+def _closest(name: str, options: list[str], cutoff: float = 0.6) -> str | None:
+    found = difflib.get_close_matches(name, options, n=1, cutoff=cutoff)
+    return found[0] if found else None
+
+
+def _bounds(field: Any) -> tuple[float | None, bool, float | None, bool]:
+    """(low, low_strict, high, high_strict) of a pydantic field, from its metadata."""
+    lo = hi = None
+    lo_strict = hi_strict = False
+    for m in field.metadata:
+        if getattr(m, "ge", None) is not None:
+            lo, lo_strict = m.ge, False
+        if getattr(m, "gt", None) is not None:
+            lo, lo_strict = m.gt, True
+        if getattr(m, "le", None) is not None:
+            hi, hi_strict = m.le, False
+        if getattr(m, "lt", None) is not None:
+            hi, hi_strict = m.lt, True
+    return lo, lo_strict, hi, hi_strict
+
+
+def clamp_value(field: Any, value: Any) -> Any:
+    """``value`` moved into the field's numeric bounds (integers stay integers)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    lo, lo_strict, hi, hi_strict = _bounds(field)
+    is_int = isinstance(value, int)
+    if lo is not None and (value < lo or (lo_strict and value == lo)):
+        value = (math.floor(lo) + 1 if is_int else math.nextafter(lo, math.inf)) if lo_strict else lo
+    if hi is not None and (value > hi or (hi_strict and value == hi)):
+        value = (math.ceil(hi) - 1 if is_int else math.nextafter(hi, -math.inf)) if hi_strict else hi
+    return int(value) if is_int else value
+
+
+def _halve(field: Any, value: Any) -> Any:
+    """Half of a size param (int, float or a list/tuple of them), kept within bounds."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_halve(field, v) for v in value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    half = max(1, value // 2) if isinstance(value, int) else value / 2
+    return clamp_value(field, half)
+
+
+class Tier1:
+    """Deterministic repairs keyed by ErrorCode (see the module docstring for the list).
+
+    Args:
+        registry: ``{tool name: RegisteredTool}``; default: the global registry.
+    """
+
+    tier = 1
+
+    def __init__(self, registry: Mapping[str, Any] | None = None):
+        self._registry = registry
+
+    def propose(self, failure: Failure, workflow: Workflow, case: Case) -> Patch | Halt | None:
+        code = failure.code
+        if code in HALT_AT_ONCE:
+            return Halt(node_id=failure.node.id, code=code.value,
+                        reason=f"{code.value} is never repaired: {failure.error.get('message', '')}")
+        reg = resolve_registry(self._registry).get(failure.node.tool)
+        if reg is None:
+            return None
+        handler = {ErrorCode.bad_reference: self._fix_reference, ErrorCode.schema: self._fix_schema,
+                   ErrorCode.value_range: self._fix_range, ErrorCode.resource: self._fix_resource,
+                   ErrorCode.numeric: self._drop_overrides, ErrorCode.internal: self._drop_overrides}.get(code)
+        return handler(failure, reg, case) if handler else None
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _patch(self, failure: Failure, reason: str, inputs: dict | None = None, params: dict | None = None,
+               device: str | None = None) -> Patch:
+        node = failure.node
+        return Patch(node_id=node.id, inputs=dict(node.inputs if inputs is None else inputs),
+                     params=dict(node.params if params is None else params), device=device, reason=reason,
+                     tier=self.tier)
+
+    # -- bad_reference: token alias / field-name fix -----------------------------------------------
+    def _fix_reference(self, failure: Failure, reg: Any, case: Case) -> Patch | None:
+        node, arg = failure.node, failure.arg
+        if arg in node.params and is_token(node.params[arg]):
+            return self._fix_param_token(failure, arg, case)
+        ports = [arg] if arg in node.inputs else [p for p, t in node.inputs.items() if t not in failure.available]
+        inputs, fixed = dict(node.inputs), []
+        for port_name in ports:
+            port = reg.spec.input(port_name)
+            if port is None:
+                continue
+            options = [t for t, k in failure.available.items() if k == port.kind.value]
+            new = _alias_match(inputs[port_name], options) or _closest(inputs[port_name], options)
+            if new is not None and new != inputs[port_name]:
+                fixed.append(f"{port_name}: {inputs[port_name]} -> {new}")
+                inputs[port_name] = new
+        if not fixed:
+            return None
+        return self._patch(failure, "fixed reference " + "; ".join(fixed), inputs=inputs)
+
+    def _fix_param_token(self, failure: Failure, arg: str, case: Case) -> Patch | None:
+        raw = str(failure.node.params[arg])
+        scope, _, name = raw[1:].partition(".")
+        keys = {"case": list(case.metadata), "runtime": list(RUNTIME_KEYS)}.get(scope, [])
+        new = _closest(name, keys)
+        if new is None:
+            return None
+        params = dict(failure.node.params, **{arg: f"@{scope}.{new}"})
+        return self._patch(failure, f"param {arg}: {raw} -> @{scope}.{new}", params=params)
+
+    # -- schema: swapped inputs, unknown param name, invalid override --------------------------------
+    def _fix_schema(self, failure: Failure, reg: Any, case: Case) -> Patch | None:
+        node, arg, fields = failure.node, failure.arg, reg.params_model.model_fields
+        if arg is None or reg.spec.input(arg) is not None:
+            return self._swap_inputs(failure, reg)
+        if arg in node.params and arg not in fields:
+            params = {k: v for k, v in node.params.items() if k != arg}
+            new = _closest(arg, list(fields))
+            if new is None:
+                return self._patch(failure, f"dropped unknown param {arg!r}", params=params)
+            params[new] = node.params[arg]
+            return self._patch(failure, f"renamed unknown param {arg!r} to {new!r}", params=params)
+        if arg in fields and not fields[arg].is_required():
+            default = fields[arg].get_default(call_default_factory=True)
+            params = dict(node.params, **{arg: default})
+            return self._patch(failure, f"invalid override {arg}={node.params.get(arg)!r} back to default "
+                               f"{default!r}", params=params)
+        return None
+
+    def _swap_inputs(self, failure: Failure, reg: Any) -> Patch | None:
+        node = failure.node
+        bound = {p: failure.bound_kinds.get(p) or failure.available.get(t) for p, t in node.inputs.items()}
+        want = {p.name: p.kind.value for p in reg.spec.inputs}
+        wrong = [p for p, k in bound.items() if k is not None and p in want and k != want[p]]
+        inputs = dict(node.inputs)
+        swapped = []
+        for p in wrong:
+            q = next((q for q in wrong if q != p and bound[q] == want[p] and bound[p] == want[q]
+                      and q not in {x for pair in swapped for x in pair}), None)
+            if q is not None and p not in {x for pair in swapped for x in pair}:
+                inputs[p], inputs[q] = inputs[q], inputs[p]
+                swapped.append((p, q))
+        if not swapped:
+            return None
+        return self._patch(failure, "swapped inputs of mismatched kinds: " +
+                           ", ".join(f"{p}<->{q}" for p, q in swapped), inputs=inputs)
+
+    # -- value_range: clamp into bounds -----------------------------------------------------------------
+    def _fix_range(self, failure: Failure, reg: Any, case: Case) -> Patch | None:
+        node, arg, fields = failure.node, failure.arg, reg.params_model.model_fields
+        if arg not in fields:
+            return None
+        value = node.params.get(arg)
+        new = clamp_value(fields[arg], value)
+        if new == value or is_token(value):
+            # in bounds already (an enum/literal/length error) or a bound value: use the default
+            if fields[arg].is_required():
+                return None
+            new = fields[arg].get_default(call_default_factory=True)
+            return self._patch(failure, f"{arg}={value!r} invalid, back to default {new!r}",
+                               params=dict(node.params, **{arg: new}))
+        return self._patch(failure, f"clamped {arg} from {value!r} to {new!r}", params=dict(node.params, **{arg: new}))
+
+    # -- resource: no GPU -> CPU; out of memory -> halve window/patch/roi/batch -----------------------
+    def _fix_resource(self, failure: Failure, reg: Any, case: Case) -> Patch | Halt | None:
+        node = failure.node
+        ran_on = (failure.error.get("context") or {}).get("device")
+        if node.gpu == "required" and not failure.has_gpu:
+            return Halt(node_id=node.id, code=ErrorCode.resource.value,
+                        reason=f"{node.tool} needs a GPU and the cluster has none")
+        if node.gpu == "optional" and not failure.has_gpu and ran_on != "cpu":
+            return self._patch(failure, "no GPU: run the CPU path", device="cpu")
+        fields = reg.params_model.model_fields
+        params, halved = dict(node.params), []
+        for name, value in node.params.items():
+            if name in fields and _SHRINKABLE.search(name) and not is_token(value):
+                new = _halve(fields[name], value)
+                if new != value:
+                    params[name] = new
+                    halved.append(f"{name} {value!r}->{new!r}")
+        if halved:
+            return self._patch(failure, "out of memory: halved " + ", ".join(halved), params=params)
+        if node.gpu == "optional" and ran_on != "cpu":
+            return self._patch(failure, "out of GPU memory and nothing to shrink: run the CPU path", device="cpu")
+        return None
+
+    # -- numeric / internal: drop overrides back to defaults --------------------------------------------
+    def _drop_overrides(self, failure: Failure, reg: Any, case: Case) -> Patch | None:
+        fields = reg.params_model.model_fields
+        params, dropped = dict(failure.node.params), []
+        for name, value in failure.node.params.items():
+            if name not in fields or fields[name].is_required() or is_token(value):
+                continue
+            default = fields[name].get_default(call_default_factory=True)
+            if _jsonable(default) != _jsonable(value):
+                params[name] = default
+                dropped.append(name)
+        if not dropped:
+            return None
+        return self._patch(failure, f"{failure.code.value} error: overrides {dropped} back to defaults",
+                           params=params)
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        return json.loads(json.dumps(value, default=str))
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _alias_match(token: str, options: list[str]) -> str | None:
+    """The option naming the same sequence through the alias table, or the same node output
+    up to case (``@seq.t1ce`` -> ``@seq.T1c``)."""
+    try:
+        tok = parse_token(token)
+    except Exception:  # a malformed token: leave it to the closest-string match
+        return None
+    for opt in options:
+        o = parse_token(opt)
+        if tok.scope == o.scope == "seq" and (normalise_seq(tok.name) or tok.name.lower()) == \
+                (normalise_seq(o.name) or o.name.lower()):
+            return opt
+        if tok.scope == o.scope == "node" and tok.name == o.name and (tok.field or "").lower() == (o.field or "").lower():
+            return opt
+    return None
+
+
+# -- tier 2: an LLM patch constrained to the tool's own params ------------------------------------
+
+def patch_schema(tool_name: str, available: Mapping[str, str] | None = None,
+                 registry: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """JSON schema of a patch an LLM may propose for one node of ``tool_name``.
+
+    ``params`` may hold only the tool's own params (their types and bounds come from its
+    params model; every one optional, since a patch names what it changes); ``inputs`` may
+    rebind the tool's ports, each only to a token of the port's kind among ``available``
+    (omitted when nothing is available); ``device`` may only force "cpu". Usable as a vLLM
+    ``structured_outputs`` / OpenAI ``response_format`` JSON schema.
+
+    Raises:
+        KeyError: unknown tool.
+    """
+    spec = resolve_registry(registry)[tool_name].spec
+    ps = json.loads(json.dumps(spec.params_schema))
+    inputs: dict[str, Any] = {}
+    for port in spec.inputs:
+        options = sorted(t for t, k in (available or {}).items() if k == port.kind.value)
+        if options:
+            inputs[port.name] = {"type": "string", "enum": options}
+    schema: dict[str, Any] = {
+        "title": f"Patch for {tool_name}", "type": "object", "additionalProperties": False,
+        "properties": {
+            "params": {"type": "object", "properties": ps.get("properties", {}), "additionalProperties": False},
+            "inputs": {"type": "object", "properties": inputs, "additionalProperties": False},
+            "device": {"enum": ["cpu"]},
+            "reason": {"type": "string", "maxLength": 500},
+        },
+        "required": ["reason"],
+    }
+    if "$defs" in ps:  # nested params models: keep their '#/$defs/...' references valid
+        schema["$defs"] = ps["$defs"]
+    return schema
+
+
+def repair_prompt(failure: Failure, schema: dict[str, Any]) -> str:
+    """The instruction an LLM tier sends: the failed node, its typed error, and the schema."""
+    return (
+        "A node of an MRI analysis workflow failed. Propose the smallest change to THIS node's "
+        "params or input bindings that fixes the error, as JSON matching the schema. Change "
+        "nothing else.\n"
+        f"tool: {failure.node.tool}\nnode: {failure.node.id}\ninputs: {json.dumps(failure.node.inputs)}\n"
+        f"params: {json.dumps(failure.node.params, default=str)}\nerror: {json.dumps(failure.error)}\n"
+        f"attempt: {failure.attempt}\nschema: {json.dumps(schema)}"
+    )
+
+
+class LLMTier:
+    """Tier 2: asks a completion backend for a patch constrained by :func:`patch_schema`.
+
+    Args:
+        complete: ``complete(prompt, schema) -> dict | str`` (any backend of
+            ``bcer.actors.llm``, or a replay function in tests); it should enforce the schema
+            (structured outputs) but its answer is checked again here.
+        registry: tool registry mapping (default: the global one).
+    """
+
+    tier = 2
+
+    def __init__(self, complete: Callable[[str, dict[str, Any]], dict[str, Any] | str],
+                 registry: Mapping[str, Any] | None = None):
+        self._complete = complete
+        self._registry = registry
+
+    def propose(self, failure: Failure, workflow: Workflow, case: Case) -> Patch | Halt | None:
+        if failure.code in HALT_AT_ONCE or failure.node.tool not in resolve_registry(self._registry):
+            return None
+        schema = patch_schema(failure.node.tool, failure.available, self._registry)
+        try:
+            raw = self._complete(repair_prompt(failure, schema), schema)
+            payload = json.loads(raw) if isinstance(raw, str) else dict(raw)
+        except Exception as e:  # a failing backend must not crash the run; the next tier decides
+            log.warning("LLM repair of %s failed: %s: %s", failure.node.id, type(e).__name__, e)
+            return None
+        problem = _schema_problem(payload, schema)
+        if problem:
+            log.info("LLM patch for %s rejected by its schema: %s", failure.node.id, problem)
+            return None
+        node = failure.node
+        return Patch(node_id=node.id, inputs={**node.inputs, **payload.get("inputs", {})},
+                     params={**node.params, **payload.get("params", {})}, device=payload.get("device"),
+                     reason="llm: " + str(payload.get("reason", "")), tier=self.tier)
+
+
+def _schema_problem(payload: Any, schema: dict[str, Any]) -> str | None:
+    from ..optional import optional_import
+
+    jsonschema, ok = optional_import("jsonschema", extra="llm")
+    if ok:
+        try:
+            jsonschema.validate(payload, schema)
+        except jsonschema.ValidationError as e:
+            return e.message
+        return None
+    # without jsonschema: at least the closed key sets (bounds are re-checked by the compiler)
+    if not isinstance(payload, dict) or set(payload) - set(schema["properties"]):
+        return "not an object with patch keys"
+    for key in ("params", "inputs"):
+        allowed = schema["properties"][key]["properties"]
+        if not isinstance(payload.get(key, {}), dict) or set(payload.get(key, {})) - set(allowed):
+            return f"{key} outside the tool's own {key}"
+    return None
+
+
+# -- the Reflector --------------------------------------------------------------------------------
+
+class Reflector:
+    """Tries its tiers in order and returns a validated Patch or a Halt, within budgets.
+
+    Args:
+        tiers: repair tiers, first wins; default ``[Tier1()]``.
+        max_per_node: repairs allowed for one (case, node).
+        max_per_case: repairs allowed for one case in total.
+        registry: tool registry mapping for validation (default: the global one).
+
+    >>> r = Reflector(max_per_node=2)                                  # doctest: +SKIP
+    >>> r.repair(failure, workflow, case)                              # doctest: +SKIP
+    Patch(node_id='seg', ..., reason='clamped threshold from 1.5 to 1.0', tier=1)
+    """
+
+    def __init__(self, tiers: list[RepairTier] | None = None, max_per_node: int = 2, max_per_case: int = 5,
+                 registry: Mapping[str, Any] | None = None):
+        self.tiers: list[RepairTier] = list(tiers) if tiers is not None else [Tier1(registry)]
+        self.max_per_node, self.max_per_case = max_per_node, max_per_case
+        self._registry = registry
+        self._per_node: Counter[tuple[str, str]] = Counter()
+        self._per_case: Counter[str] = Counter()
+
+    def repair(self, failure: Failure, workflow: Workflow, case: Case,
+               contract: TaskContract | None = None) -> Patch | Halt:
+        """A Patch for the failed node (re-validated by the compiler), or a Halt."""
+        node, code = failure.node, failure.code
+        if code in HALT_AT_ONCE:
+            return Halt(node_id=node.id, code=code.value,
+                        reason=f"{code.value} halts at once: {failure.error.get('message', '')}")
+        used_node, used_case = self._per_node[(failure.case_id, node.id)], self._per_case[failure.case_id]
+        if used_node >= self.max_per_node or used_case >= self.max_per_case:
+            return Halt(node_id=node.id, code=code.value,
+                        reason=f"repair budget exhausted (node {used_node}/{self.max_per_node}, "
+                               f"case {used_case}/{self.max_per_case})")
+        for tier in self.tiers:
+            try:
+                proposal = tier.propose(failure, workflow, case)
+            except Exception as e:  # one broken tier must not end the case; the next may help
+                log.warning("repair tier %s crashed on %s: %s: %s", type(tier).__name__, node.id,
+                            type(e).__name__, e)
+                continue
+            if isinstance(proposal, Halt):
+                return proposal
+            patch = self._validated(proposal, failure, workflow, case, contract) if proposal else None
+            if patch is not None:
+                self._per_node[(failure.case_id, node.id)] += 1
+                self._per_case[failure.case_id] += 1
+                log.info("case %s node %s: tier %d patch: %s", failure.case_id, node.id, patch.tier, patch.reason)
+                return patch
+        return Halt(node_id=node.id, code=code.value,
+                    reason=f"no repair tier has a valid patch for {code.value}: {failure.error.get('message', '')}")
+
+    def _validated(self, patch: Patch, failure: Failure, workflow: Workflow, case: Case,
+                   contract: TaskContract | None) -> Patch | None:
+        if patch.node_id != failure.node.id:
+            log.info("patch for %s targets another node %s: rejected", failure.node.id, patch.node_id)
+            return None
+        try:
+            node = validate_node(workflow, patch.apply(failure.node), case, contract, registry=self._registry)
+        except CompileError as e:
+            log.info("patch for %s rejected by the compiler: %s", failure.node.id, e.to_dicts())
+            return None
+        if (patch.device is None and node.inputs == failure.node.inputs
+                and _jsonable(node.params) == _jsonable(failure.node.params)):
+            log.info("patch for %s changes nothing: rejected", failure.node.id)
+            return None
+        return patch.model_copy(update={"inputs": node.inputs, "params": node.params})
+
+    def usage(self, case_id: str) -> dict[str, int]:
+        """Repairs used so far for a case: ``{"case": n, "<node>": n, ...}``."""
+        out = {node: n for (c, node), n in self._per_node.items() if c == case_id}
+        return {"case": self._per_case[case_id], **out}
+
+
+def reflector_actor(tiers: list[RepairTier] | None = None, max_per_node: int = 2, max_per_case: int = 5,
+                    *, name: str | None = None, namespace: str | None = None,
+                    registry: Mapping[str, Any] | None = None):
+    """Start (or, with ``name``, get-or-create) a Reflector Ray actor (``num_cpus=0``: it is
+    light and must never wait for a CPU that the failing workload holds)."""
+    opts: dict[str, Any] = {"name": name, "namespace": namespace, "get_if_exists": True} if name else {}
+    return _actor_class().options(**opts).remote(tiers, max_per_node, max_per_case, registry)
+
+
+_ACTOR_CLS: Any = None
+
+
+def _actor_class() -> Any:
+    global _ACTOR_CLS
+    if _ACTOR_CLS is None:
+        import ray
+
+        _ACTOR_CLS = ray.remote(num_cpus=0)(Reflector)
+    return _ACTOR_CLS
+
+
+def __getattr__(name: str) -> Any:
+    """``ReflectorActor`` (= ``ray.remote(num_cpus=0)(Reflector)``) is built on first access,
+    so importing this module never imports ray."""
+    if name == "ReflectorActor":
+        return _actor_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["Failure", "Halt", "HALT_AT_ONCE", "LLMTier", "Patch", "Reflector", "ReflectorActor", "RepairTier",
+           "Tier1", "clamp_value", "patch_schema", "reflector_actor", "repair_prompt"]
