@@ -35,6 +35,7 @@ from ...contracts.errors import ErrorCode, ToolError
 log = logging.getLogger(__name__)
 
 MR_IMAGE_STORAGE = "1.2.840.10008.5.1.4.1.1.4"
+MEDIA_STORAGE_DIRECTORY = "1.2.840.10008.1.3.10"
 LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
 _GEOMETRY_TAGS = ("ImagePositionPatient", "ImageOrientationPatient", "PixelSpacing")
 _SPACING_RTOL = 0.01  # slice steps may differ by 1 % (rounding in IPP strings), no more
@@ -57,6 +58,11 @@ def _read_header(path: Path, pixels: bool = False):
     except Exception as e:  # pydicom raises many types on damaged files
         raise ToolError(ErrorCode.schema, f"cannot parse DICOM file {path.name}: {type(e).__name__}: {e}",
                         hint="the file is truncated or corrupt", file=str(path)) from e
+
+
+def _is_dicomdir(ds) -> bool:
+    meta = getattr(ds, "file_meta", None)
+    return str(getattr(meta, "MediaStorageSOPClassUID", "")) == MEDIA_STORAGE_DIRECTORY
 
 
 def _dicom_files(folder: Path) -> list[Path]:
@@ -84,9 +90,12 @@ def list_series(folder: str | Path) -> list[dict[str, Any]]:
     groups: dict[str, list[tuple[Path, Any]]] = defaultdict(list)
     for path in _dicom_files(Path(folder)):
         ds = _read_header(path)
-        if ds is None or "SeriesInstanceUID" not in ds:
-            log.debug("skipping non-DICOM or series-less file %s", path)
+        if ds is None or _is_dicomdir(ds):
+            log.debug("skipping non-DICOM file or DICOMDIR %s", path)
             continue
+        if "SeriesInstanceUID" not in ds:  # type 1 in every composite object: cut short
+            raise ToolError(ErrorCode.schema, f"DICOM file {path.name} has no SeriesInstanceUID",
+                            hint="the file is truncated or corrupt", file=str(path))
         groups[str(ds.SeriesInstanceUID)].append((path, ds))
     out = []
     for uid, items in groups.items():
