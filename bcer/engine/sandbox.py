@@ -13,7 +13,8 @@ Which params are paths (:meth:`Sandbox.check_args`): a field annotated ``Path`` 
 ``Path | None``, ``list[Path]``) in the tool's params model, and any param whose name ends in a
 ``path``/``dir``/``file``/``folder``/``root`` word (``out_dir``, ``mask_file``, ``paths``; not
 ``file_format``) holding a string (or a list of strings). A path param is a *write* path when its name starts with ``out``/``output``/
-``save``/``dest``/``write``; otherwise it is a read path.
+``save``/``dest``/``write``; otherwise it is a read path. ``None`` and ``""`` mean "unset" and
+are not checked.
 
 The check runs when the executor submits a node; it does not guard against a file being
 swapped for a symlink later (tools open only the resolved path they are given).
@@ -25,6 +26,7 @@ import os
 import re
 import types
 import typing
+from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -72,23 +74,27 @@ class Sandbox:
     Args:
         input_root: the case's input folder (readable).
         output_dir: the case's output folder (writable, readable); it need not exist yet.
+        read_roots: further read-only folders that are not case data but tools may read
+            (e.g. a local MONAI bundle folder passed as ``bundle_dir``); none by default.
 
     >>> box = Sandbox("/data/c1", "/out/c1")                       # doctest: +SKIP
     >>> box.check_write("seg.nii.gz")                              # doctest: +SKIP
     PosixPath('/out/c1/seg.nii.gz')
     """
 
-    def __init__(self, input_root: str | os.PathLike, output_dir: str | os.PathLike):
+    def __init__(self, input_root: str | os.PathLike, output_dir: str | os.PathLike,
+                 read_roots: Iterable[str | os.PathLike] = ()):
         self.input_root = Path(input_root).expanduser().resolve()
         self.output_dir = Path(output_dir).expanduser().resolve()
+        self.read_roots = tuple(Path(r).expanduser().resolve() for r in read_roots)
 
     def check_read(self, path: Any, *, arg: str | None = None) -> Path:
-        """The resolved path, if it lies in the input root or the output folder.
+        """The resolved path, if it lies in the input root, the output folder or a read root.
 
         Raises:
             ToolError: ``sandbox``, naming the path (and ``arg`` when given).
         """
-        return self._check(path, (self.input_root, self.output_dir), "read", arg)
+        return self._check(path, (self.input_root, self.output_dir, *self.read_roots), "read", arg)
 
     def check_write(self, path: Any, *, arg: str | None = None) -> Path:
         """The resolved path, if it lies in the output folder.
@@ -147,7 +153,7 @@ class Sandbox:
         out = dict(params)
         for name, value in params.items():
             typed = name in fields and _is_path_type(fields[name].annotation)
-            if value is None or not (typed or _name_is_path(name)):
+            if value is None or value == "" or not (typed or _name_is_path(name)):  # "" = unset
                 continue
             if not typed and not _is_pathish(value):
                 continue  # e.g. ``n_files: 3``: a count, not a path

@@ -116,6 +116,17 @@ def test_check_args_rejects(box: Sandbox, params: dict, arg: str) -> None:
     assert e.value.code is ErrorCode.sandbox and e.value.context["arg"] == arg
 
 
+def test_read_roots_are_read_only(tree: dict[str, Path]) -> None:
+    box = Sandbox(tree["in"], tree["out"], read_roots=[tree["outside"]])
+    secret = tree["outside"].resolve() / "secret.txt"
+    assert box.check_args({"bundle_dir": str(tree["outside"]), "mask_file": ""}) == {
+        "bundle_dir": str(tree["outside"].resolve()), "mask_file": ""}
+    assert box.check_read("linkdir/secret.txt") == secret  # the symlink now lands in a read root
+    with pytest.raises(ToolError) as e:
+        box.check_write(str(secret))
+    assert e.value.code is ErrorCode.sandbox
+
+
 def test_check_args_without_model_uses_names(box: Sandbox) -> None:
     with pytest.raises(ToolError) as e:
         box.check_args({"save_path": "/etc/cron.d/x"})
