@@ -1,0 +1,239 @@
+"""``seg.cardiac``: RV (1), MYO (2), LV (3) on every frame of a short-axis cine.
+
+With ``bundle_dir`` a local MONAI bundle runs (2-D bundles see every slice of every frame
+as one batch). Otherwise a classical method whose intensity levels come from the cine:
+
+1. heart region: voxels whose intensity changes over the cycle (temporal range, Otsu);
+   fat and vessels are static, the ventricles' borders are not;
+2. blood: brighter than the midpoint between the blood level (bright class of the heart
+   region) and the myocardium level (dark ring just outside the blood);
+3. per frame, the bright 3-D components that overlap the heart region are the cavities; the
+   LV is the most convex one (a round cavity in every slice; the RV is a crescent), the RV
+   the largest other cavity next to it;
+4. myocardium: the dark ring around the LV, grown outward through voxels within a few noise
+   deviations of the myocardium level, then regularised per slice with a smooth
+   epicardial radius per angle (median over neighbouring angles), wall <= ``max_wall_mm``.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+from scipy import ndimage as ndi
+from skimage.filters import threshold_otsu
+from skimage.measure import regionprops
+
+from ...contracts.artifacts import Cine, Mask
+from ...contracts.errors import ErrorCode, ToolError
+from .._checks import require_volume
+from ..registry import tool
+from ._common import BundleParams, fill_holes_2d
+
+log = logging.getLogger(__name__)
+
+CARDIAC_LABELS = {1: "RV", 2: "MYO", 3: "LV"}
+_CONN3 = ndi.generate_binary_structure(3, 1)
+_N_ANGLES = 48
+
+
+class CardiacParams(BundleParams):
+    max_wall_mm: float = Field(30.0, ge=5.0, le=60.0, description="largest myocardial wall thickness searched (mm)")
+
+
+def _levels(data: np.ndarray, heart: np.ndarray) -> tuple[float, float]:
+    """(bright, dark) class medians of the heart region over the cycle (Otsu split)."""
+    vals = data[np.broadcast_to(heart[..., None], data.shape)]
+    split = float(threshold_otsu(vals))
+    return float(np.median(vals[vals > split])), float(np.median(vals[vals <= split]))
+
+
+def _heart_region(data: np.ndarray) -> np.ndarray:
+    """Slices x in-plane region around the moving ventricles (filled, dilated)."""
+    rng = data.max(axis=3) - data.min(axis=3)
+    moving = rng > threshold_otsu(rng)
+    lab, n = ndi.label(moving, _CONN3)
+    if n > 1:  # noise specks move too; the ventricles' borders form the big components
+        sizes = np.bincount(lab.ravel())[1:]
+        moving = np.isin(lab, 1 + np.flatnonzero(sizes >= 0.2 * sizes.max()))
+    region = fill_holes_2d(ndi.binary_closing(moving, np.ones((3, 3, 1), bool), iterations=2))
+    return ndi.binary_dilation(region, np.ones((3, 3, 1), bool), iterations=3)
+
+
+def _solidity(comp: np.ndarray) -> float:
+    """Area-weighted mean per-slice solidity (area / convex area) of a 3-D component."""
+    num = den = 0.0
+    for k in range(comp.shape[2]):
+        sl = comp[..., k]
+        a = int(sl.sum())
+        if a < 4:
+            continue
+        props = regionprops(sl.astype(np.uint8))
+        num += a * float(props[0].solidity)
+        den += a
+    return num / den if den else 0.0
+
+
+def _cavities(bright: np.ndarray, heart: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(LV, RV) boolean volumes for one frame."""
+    lab, n = ndi.label(bright, _CONN3)
+    cands = []
+    for i in range(1, n + 1):
+        comp = lab == i
+        size = int(comp.sum())
+        if size < 8 or (comp & heart).sum() < 0.5 * size:
+            continue
+        cands.append((comp, size))
+    if not cands:
+        return np.zeros_like(bright), np.zeros_like(bright)
+    big = max(s for _, s in cands)
+    cands = [(c, s) for c, s in cands if s >= 0.1 * big]
+    scores = [_solidity(c) for c, _ in cands]
+    i_lv = int(np.argmax(scores))
+    lv = cands[i_lv][0]
+    near = ndi.binary_dilation(lv, np.ones((3, 3, 1), bool), iterations=4)
+    others = [(c, s) for j, (c, s) in enumerate(cands) if j != i_lv and (c & near).any()]
+    rv = max(others, key=lambda cs: cs[1])[0] if others else np.zeros_like(lv)
+    return lv, rv
+
+
+def _myo_slice(img: np.ndarray, lv: np.ndarray, blocked: np.ndarray, band: tuple[float, float],
+               spacing: tuple[float, float], max_wall: float) -> np.ndarray:
+    """Myocardium of one slice by rays from the LV centre.
+
+    Along each of ``_N_ANGLES`` rays the wall runs from the endocardium while the (smoothed)
+    intensity stays in the myocardium band and no blood is hit; the epicardial radius per
+    angle is then median-filtered over neighbouring angles (the wall is smooth, noise
+    excursions are not) and rasterised.
+    """
+    if lv.sum() < 3:
+        return np.zeros_like(lv)
+    c = np.array(ndi.center_of_mass(lv))
+    step = 0.5 * min(spacing)
+    radii = np.arange(0.0, 60.0 + max_wall, step)
+    ang = (np.arange(_N_ANGLES) + 0.5) * 2 * np.pi / _N_ANGLES - np.pi
+    di, dj = np.cos(ang) / spacing[0], np.sin(ang) / spacing[1]
+    ii = c[0] + radii[None, :] * di[:, None]
+    jj = c[1] + radii[None, :] * dj[:, None]
+    v = ndi.map_coordinates(img, [ii, jj], order=1, mode="nearest")
+    in_lv = ndi.map_coordinates(lv.astype(np.float32), [ii, jj], order=1, mode="constant") > 0.5
+    in_blood = ndi.map_coordinates(blocked.astype(np.float32), [ii, jj], order=1, mode="constant") > 0.5
+    r_epi = np.zeros(_N_ANGLES)
+    for a in range(_N_ANGLES):
+        outside = np.flatnonzero(~in_lv[a])
+        if outside.size == 0:
+            continue
+        k0 = outside[0]
+        r_end = radii[k0] + max_wall
+        r_pv = radii[k0] + 1.5 * max(spacing)  # blurred endocardial edge: partial volume allowed
+        k = k0
+        while (k + 1 < radii.size and radii[k + 1] <= r_end and not in_blood[a, k + 1]
+               and (band[0] <= v[a, k + 1] <= band[1] or radii[k + 1] <= r_pv)):
+            k += 1
+        r_epi[a] = radii[k] + 0.5 * step
+    r_epi = ndi.median_filter(r_epi, size=5, mode="wrap")
+    gi, gj = np.meshgrid(np.arange(lv.shape[0]), np.arange(lv.shape[1]), indexing="ij")
+    dx, dy = (gi - c[0]) * spacing[0], (gj - c[1]) * spacing[1]
+    r, th = np.hypot(dx, dy), np.arctan2(dy, dx)
+    pos = (th + np.pi) / (2 * np.pi) * _N_ANGLES - 0.5  # continuous bin index
+    lim = np.interp(pos, np.arange(-1, _N_ANGLES + 1), np.r_[r_epi[-1], r_epi, r_epi[0]])
+    return (r <= lim) & ~lv & ~blocked
+
+
+def _myo_level(data: np.ndarray, cavities: list[tuple[np.ndarray, np.ndarray]], mid: float,
+               spacing: tuple[float, float, float]) -> float:
+    """Median (smoothed) intensity 1-2 voxels outside the LV cavity: the myocardium level."""
+    vals = []
+    for t, (lv, _) in enumerate(cavities):
+        img = data[..., t]
+        for k in range(img.shape[2]):
+            if lv[..., k].sum() < 3:
+                continue
+            d = ndi.distance_transform_edt(~lv[..., k], sampling=spacing[:2])
+            ring = (d > 1.0 * max(spacing[:2])) & (d <= 2.2 * max(spacing[:2])) & (img[..., k] < mid)
+            vals.append(img[..., k][ring])
+    return float(np.median(np.concatenate(vals))) if vals else float("nan")
+
+
+def _label_frame(img: np.ndarray, lv: np.ndarray, rv: np.ndarray, mid: float, band: tuple[float, float],
+                 spacing: tuple[float, float, float], max_wall: float) -> np.ndarray:
+    bright = img > mid
+    out = np.zeros(img.shape, np.uint8)
+    for k in range(img.shape[2]):
+        myo = _myo_slice(img[..., k], lv[..., k], bright[..., k], band, spacing[:2], max_wall)
+        out[..., k][myo] = 2
+    out[rv & (out == 0)] = 1
+    out[lv] = 3
+    return out
+
+
+def _tissue_level(data: np.ndarray, heart: np.ndarray, lo: float, hi: float) -> float:
+    """Median intensity of the tissue around the heart region (body), excluding blood/fat
+    (above ``hi``) and lung (below ``lo``)."""
+    ring = ndi.binary_dilation(heart, np.ones((3, 3, 1), bool), iterations=4) & ~heart
+    vals = data[np.broadcast_to(ring[..., None], data.shape)]
+    vals = vals[(vals > lo) & (vals < hi)]
+    return float(np.median(vals)) if vals.size else hi
+
+
+def _classical(cine: Cine, p: CardiacParams) -> tuple[np.ndarray, dict[str, Any]]:
+    data = np.asarray(cine.data, np.float64)
+    heart = _heart_region(data)
+    if heart.sum() == 0:
+        raise ToolError(ErrorCode.value_range, "no moving heart found in the cine (all frames identical?)",
+                        arg="cine")
+    blood, dark = _levels(data, heart)
+    mid = 0.5 * (blood + dark)
+    cavities = []
+    for t in range(data.shape[3]):
+        lv, rv = _cavities(data[..., t] > mid, heart)
+        cavities.append((fill_holes_2d(lv), rv))
+    # noise vs the small myocardium/body contrast: the wall is traced on a smoothed image
+    smooth = ndi.gaussian_filter(data, sigma=(0.7, 0.7, 0.0, 0.0))
+    myo = _myo_level(smooth, cavities, mid, cine.spacing)
+    if not np.isfinite(myo):
+        raise ToolError(ErrorCode.value_range, "no left-ventricular cavity found in the cine", arg="cine")
+    body = _tissue_level(smooth, heart, 0.5 * myo, mid)
+    # myocardium band: above half-way to the (dark) lung, below half-way to the body tissue
+    band = (0.5 * myo, 0.5 * (myo + body))
+    labels = np.stack([_label_frame(smooth[..., t], lv, rv, mid, band, cine.spacing, p.max_wall_mm)
+                       for t, (lv, rv) in enumerate(cavities)], axis=-1)
+    meta = {"method": "classical_cine", "blood_level": blood, "myo_level": myo, "tissue_level": body,
+            "blood_threshold": mid, "myo_band": list(band), "heart_voxels": int(heart.sum())}
+    return labels, meta
+
+
+@tool("seg.cardiac", version="1.0", milestone="segmentation",
+      resources={"num_cpus": 1, "memory_mb": 2048}, gpu="optional", output="labels")
+def cardiac(cine: Cine, params: CardiacParams, device: str = "cpu") -> Mask:
+    """RV/MYO/LV labels (1/2/3) on every frame of a short-axis cine.
+
+    Args:
+        cine: (X, Y, Z, T) short-axis stack; Z is the slice axis.
+        params: ``bundle_dir`` for a MONAI bundle (1 channel), else the classical method.
+        device: "cpu" or "cuda" (bundle inference only).
+
+    Returns:
+        Mask (X, Y, Z, T) on the cine's grid with labels {1: RV, 2: MYO, 3: LV}.
+
+    Raises:
+        ToolError: ``shape`` unless 4-D, ``numeric`` for NaN/Inf.
+    """
+    data = require_volume(cine, "cine", ndim=4)
+    x, y, z, t = data.shape
+    if p := params.bundle_dir:
+        from .bundle import run_bundle
+
+        # frames become extra slices: a 2-D bundle sees Z*T slices in one batch
+        flat = np.asarray(data, np.float32).reshape(1, x, y, z * t)
+        labels, meta = run_bundle(p, flat, cine.spacing, device, params.roi_size,
+                                  params.sw_batch_size, params.overlap)
+        labels = labels.reshape(x, y, z, t)
+    else:
+        labels, meta = _classical(cine, params)
+    vox = cine.voxel_volume_ml
+    lv = np.count_nonzero(labels == 3, axis=(0, 1, 2)) * vox
+    meta.update(lv_volume_curve_ml=[float(v) for v in lv], n_frames=t)
+    return Mask(labels.astype(np.int16), np.asarray(cine.affine, np.float64).copy(), meta,
+                labels=dict(CARDIAC_LABELS))
