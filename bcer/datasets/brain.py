@@ -110,7 +110,9 @@ def _mni_tissues(resolution: int) -> tuple[np.ndarray, np.ndarray]:
     """
     data, affine = _mni_1mm()
     brain = (data["t1"] / data["t1"].max() > 0.2).astype(np.float32)
-    gm, wm = np.clip(data["gm"], 0, 1) * brain, np.clip(data["wm"], 0, 1) * brain
+    # the shipped probability maps are scaled 0..255 (nilearn's loaders rescale them too)
+    gm = np.clip(data["gm"] / data["gm"].max(), 0, 1) * brain
+    wm = np.clip(data["wm"] / data["wm"].max(), 0, 1) * brain
     over = np.clip(gm + wm, 1.0, None)  # GM+WM may exceed 1 near boundaries: renormalise
     gm, wm = gm / over, wm / over
     csf = np.clip(brain - gm - wm, 0.0, 1.0)
