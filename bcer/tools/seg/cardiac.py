@@ -24,6 +24,7 @@ from pydantic import Field
 from scipy import ndimage as ndi
 from skimage.filters import threshold_otsu
 from skimage.measure import regionprops
+from skimage.morphology import convex_hull_image
 
 from ...contracts.artifacts import Cine, Mask
 from ...contracts.errors import ErrorCode, ToolError
@@ -50,15 +51,22 @@ def _levels(data: np.ndarray, heart: np.ndarray) -> tuple[float, float]:
 
 
 def _heart_region(data: np.ndarray) -> np.ndarray:
-    """Slices x in-plane region around the moving ventricles (filled, dilated)."""
+    """Per slice, the convex hull of the voxels that move over the cycle (dilated).
+
+    Only the cavities' borders move (their centres stay blood), so the hull, not the moving
+    voxels themselves, covers the ventricles; static fat and vessels stay outside.
+    """
     rng = data.max(axis=3) - data.min(axis=3)
     moving = rng > threshold_otsu(rng)
     lab, n = ndi.label(moving, _CONN3)
     if n > 1:  # noise specks move too; the ventricles' borders form the big components
         sizes = np.bincount(lab.ravel())[1:]
         moving = np.isin(lab, 1 + np.flatnonzero(sizes >= 0.2 * sizes.max()))
-    region = fill_holes_2d(ndi.binary_closing(moving, np.ones((3, 3, 1), bool), iterations=2))
-    return ndi.binary_dilation(region, np.ones((3, 3, 1), bool), iterations=3)
+    region = np.zeros_like(moving)
+    for k in range(moving.shape[2]):
+        if moving[..., k].sum() >= 3:
+            region[..., k] = convex_hull_image(moving[..., k])
+    return ndi.binary_dilation(region, np.ones((3, 3, 1), bool), iterations=2)
 
 
 def _solidity(comp: np.ndarray) -> float:
@@ -75,26 +83,33 @@ def _solidity(comp: np.ndarray) -> float:
     return num / den if den else 0.0
 
 
-def _cavities(bright: np.ndarray, heart: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(LV, RV) boolean volumes for one frame."""
+def _cavities(bright: np.ndarray, heart: np.ndarray, spacing: tuple[float, float, float],
+              max_wall: float) -> tuple[np.ndarray, np.ndarray]:
+    """(LV, RV) boolean volumes for one frame.
+
+    The cavities are the bright components mostly inside the heart region; the LV is the
+    most convex of them, the RV every other sizeable cavity within a wall's reach of it (a
+    crescent may break into pieces near the base or apex).
+    """
     lab, n = ndi.label(bright, _CONN3)
     cands = []
     for i in range(1, n + 1):
         comp = lab == i
         size = int(comp.sum())
-        if size < 8 or (comp & heart).sum() < 0.5 * size:
-            continue
-        cands.append((comp, size))
+        if size >= 8 and (comp & heart).sum() >= 0.5 * size:
+            cands.append((comp, size))
     if not cands:
         return np.zeros_like(bright), np.zeros_like(bright)
     big = max(s for _, s in cands)
     cands = [(c, s) for c, s in cands if s >= 0.1 * big]
-    scores = [_solidity(c) for c, _ in cands]
-    i_lv = int(np.argmax(scores))
-    lv = cands[i_lv][0]
-    near = ndi.binary_dilation(lv, np.ones((3, 3, 1), bool), iterations=4)
-    others = [(c, s) for j, (c, s) in enumerate(cands) if j != i_lv and (c & near).any()]
-    rv = max(others, key=lambda cs: cs[1])[0] if others else np.zeros_like(lv)
+    i_lv = int(np.argmax([_solidity(c) for c, _ in cands]))
+    lv, lv_size = cands[i_lv]
+    reach = np.stack([ndi.distance_transform_edt(~lv[..., k], sampling=spacing[:2]) <= max_wall + 5.0
+                      for k in range(lv.shape[2])], axis=-1)
+    rv = np.zeros_like(lv)
+    for j, (c, s) in enumerate(cands):
+        if j != i_lv and (c & reach).any() and s >= 0.05 * lv_size:
+            rv |= c
     return lv, rv
 
 
@@ -187,7 +202,7 @@ def _classical(cine: Cine, p: CardiacParams) -> tuple[np.ndarray, dict[str, Any]
     mid = 0.5 * (blood + dark)
     cavities = []
     for t in range(data.shape[3]):
-        lv, rv = _cavities(data[..., t] > mid, heart)
+        lv, rv = _cavities(data[..., t] > mid, heart, cine.spacing, p.max_wall_mm)
         cavities.append((fill_holes_2d(lv), rv))
     # noise vs the small myocardium/body contrast: the wall is traced on a smoothed image
     smooth = ndi.gaussian_filter(data, sigma=(0.7, 0.7, 0.0, 0.0))
