@@ -141,7 +141,7 @@ def _grid(size: Size, rng: np.random.Generator, oblique: bool, frame: np.ndarray
         raise ToolError(ErrorCode.value_range, f"unknown size {size!r}", hint="valid: ['full', 'small']", arg="size")
     length = p["L0"] + p["wall"] + 0.5 * dz  # base margin of half a slice, through the apex cap
     nz = int(np.clip(np.ceil(length / dz) + 1, *nz_lim))
-    direction = frame
+    direction = np.eye(3)  # axis-aligned stack (the heart's long axis is then along -S)
     if oblique:  # the planned stack is a few degrees off the true long axis, axes flipped as on scanners
         direction = frame @ random_direction(rng, oblique_deg=5.0, flips=True)
     # centre in-plane between LV and RV, through-plane on the covered length
