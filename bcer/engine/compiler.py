@@ -24,6 +24,7 @@ executor resolves at submission.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -242,6 +243,9 @@ def _check_params(ctx: _Ctx, step_id: str, spec: ToolSpec, values: Mapping[str, 
         elif find_tokens_safe(ctx, step_id, name, value):
             ctx.error(ErrorCode.bad_reference, f"step {step_id!r}: param {name!r} has a reference inside "
                       f"a value", "a token must be the whole param value", step=step_id, arg=name)
+        elif not _finite(value):  # NaN/inf cannot go into the JSON audit record, nor mean a setting
+            ctx.error(ErrorCode.value_range, f"step {step_id!r}: param {name!r} is not finite ({value!r})",
+                      "give a finite number or leave the default", step=step_id, arg=name)
         else:
             trial[name] = value
     if len(ctx.errors) > n_before:
@@ -255,6 +259,16 @@ def _check_params(ctx: _Ctx, step_id: str, spec: ToolSpec, values: Mapping[str, 
         ctx.errors.append(e.with_context(step=step_id))
         return None
     return {**model.model_dump(mode="json"), **tokens}
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_finite(v) for v in value)
+    return True
 
 
 def find_tokens_safe(ctx: _Ctx, step_id: str, name: str, value: Any) -> bool:

@@ -234,7 +234,7 @@ def test_rule3_nested_token_in_param_rejected() -> None:
 # --- rule 4: params validated against bounds -----------------------------------------------------
 
 @pytest.mark.parametrize("value, code", [(1.5, ErrorCode.value_range), (-0.1, ErrorCode.value_range),
-                                         ("strong", ErrorCode.schema)])
+                                         ("strong", ErrorCode.schema), (float("nan"), ErrorCode.value_range)])
 def test_rule4_param_out_of_bounds(value: object, code: ErrorCode) -> None:
     errs = errors_of(sketch({"id": "den", "tool": "tc.denoise", "args": {"image": "@seq.T1c", "strength": value}}))
     assert errs[0].code is code and errs[0].context["arg"] == "strength" and errs[0].context["step"] == "den"
@@ -368,3 +368,43 @@ def test_validate_node_rejects(update: dict, code: ErrorCode, arg: str) -> None:
     with pytest.raises(CompileError) as e:
         validate_node(wf, wf.node("den").model_copy(update=update), make_case(), CONTRACT, registry=TOOLS)
     assert e.value.code is code and e.value.context["arg"] == arg and e.value.context["step"] == "den"
+
+
+# --- robustness: whatever a planner writes, the compiler answers with typed errors -----------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_values = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=12),
+                    st.sampled_from(["@seq.T1c", "@seq.t1ce", "@seq.CINE", "@node.a.image", "@node.b.mask",
+                                     "@case.weight", "@runtime.seed", "@", "@node.a", "@seq.T1c.x"]),
+                    st.lists(st.text(max_size=4), max_size=3))
+_names = st.sampled_from(["image", "strength", "window", "mask", "label", "weight_kg", "bogus", "threshold"])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(sorted(TOOLS) + ["tc.nope"]), st.dictionaries(_names, _values, max_size=4),
+                          st.lists(st.sampled_from(["a", "b", "c", "zz"]), max_size=2)), min_size=1, max_size=3))
+def test_arbitrary_sketches_compile_or_raise_typed_errors(steps: list) -> None:
+    sk = sketch(*({"id": sid, "tool": t, "args": args, "after": after}
+                  for sid, (t, args, after) in zip("abc", steps)))
+    try:
+        wf = compile_(sk, contract=None)
+    except CompileError as e:
+        assert e.errors and all(isinstance(x.code, ErrorCode) for x in e.errors)
+        assert all("step" in x.context or "milestone" in x.context for x in e.errors)
+        return
+    assert Workflow.model_validate_json(wf.model_dump_json()) == wf
+    for n in wf.nodes:  # every compiled input is a token naming something real
+        for tok in n.inputs.values():
+            if tok.startswith("@seq."):
+                assert tok[5:] in make_case().sequences
+            else:
+                assert (tok.split(".")[1], n.id) in wf.edges
+
+
+def test_non_finite_literal_in_unbounded_param_rejected() -> None:
+    errs = errors_of(sketch({"id": "seg", "tool": "tc.segment", "args": {"image": "@seq.T1c"}},
+                            {"id": "vol", "tool": "tc.measure", "args": {"mask": "@node.seg.mask",
+                                                                         "weight_kg": float("inf")}}))
+    assert errs[0].code is ErrorCode.value_range and errs[0].context["arg"] == "weight_kg"
