@@ -5,6 +5,7 @@ Used by ``executor.run_case_workflow``; one CaseRun per case, driven from one th
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -148,7 +149,8 @@ class CaseRun:
             validate_params(node.tool, params)
             self.sandbox.check_args(params)
             ports, args = self._bind(node)
-            module = get_tool(node.tool).fn.__module__
+            fn = get_tool(node.tool).fn
+            module, module_file = fn.__module__, getattr(sys.modules.get(fn.__module__), "__file__", "") or ""
         except ToolError as e:
             self._on_failure(node, e.with_context(node=node.id, tool=node.tool).to_dict(), attempt)
             return
@@ -161,6 +163,7 @@ class CaseRun:
         if where.memory:
             opts["memory"] = where.memory
         spec = {"tool": node.tool, "module": module, "node": node.id, "case": self.case.id, "ports": ports,
+                "module_file": module_file,
                 "params": params, "device": where.device, "outputs": list(node.outputs)}
         refs = _remote_node().options(**opts).remote(spec, *args)
         self.refs[node.id] = dict(zip(node.outputs, refs[:-1]))

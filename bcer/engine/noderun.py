@@ -8,8 +8,10 @@ meta, not raised: it is a verdict for the Reflector, not a system failure for Ra
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import os
+import sys
 import time
 from typing import Any
 
@@ -30,11 +32,30 @@ def _worker_id() -> str:
         return "local"
 
 
-def _ensure_tool(name: str, module: str) -> None:
+def _import_module(module: str, file: str) -> None:
+    """Import a tool module by name, else (same machine, module not on sys.path) by file."""
+    try:
+        importlib.import_module(module)
+        return
+    except ImportError:
+        if not file or not os.path.exists(file):
+            raise
+    spec = importlib.util.spec_from_file_location(module, file)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[module] = mod
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+
+
+def _ensure_tool(name: str, module: str, file: str = "") -> None:
     """Tools registered outside ``bcer.tools`` (plugins, test modules) are imported by module."""
     load_all()
     if name not in REGISTRY and module:
-        importlib.import_module(module)
+        try:
+            _import_module(module, file)
+        except Exception as e:
+            raise ToolError(ErrorCode.internal, f"cannot import module {module!r} of tool {name!r}: "
+                            f"{type(e).__name__}: {e}", hint="make it importable on every Ray node "
+                            "(runtime_env py_modules or an installed package)", tool=name) from e
     if name not in REGISTRY:
         raise ToolError(ErrorCode.internal, f"tool {name!r} is not registered in this worker",
                         hint=f"make module {module!r} importable on every Ray node", tool=name)
@@ -68,7 +89,8 @@ def run_node(spec: dict[str, Any], *values: Any) -> tuple[Any, ...]:
     outputs: list[str] = spec["outputs"]
     device = spec.get("device", "cpu")
     try:
-        _ensure_tool(spec["tool"], spec.get("module", ""))
+        _ensure_tool(spec["tool"], spec.get("module", ""), spec.get("module_file", ""))
+        t0 = time.time()  # the run interval is the tool's own, not the worker's first imports
         inputs = {port: _pluck(v, tuple(path)) for (port, path), v in zip(spec["ports"], values)}
         result = call_tool(spec["tool"], inputs, spec["params"], device=device)
         missing = [f for f in outputs if f not in result]
@@ -77,7 +99,7 @@ def run_node(spec: dict[str, Any], *values: Any) -> tuple[Any, ...]:
                             tool=spec["tool"])
         digests = {f: artifact_digest(result[f]) for f in outputs}
     except ToolError as e:
-        e.with_context(node=spec.get("node"), case=spec.get("case"))
+        e.with_context(node=spec.get("node"), case=spec.get("case"), device=device)
         return (*([None] * len(outputs)), _meta(t0, device, ok=False, error=e.to_dict()))
     except (KeyError, AttributeError) as e:  # a subfield path that the value does not have
         err = ToolError(ErrorCode.bad_reference, f"input subfield not found: {e}", tool=spec["tool"],

@@ -88,11 +88,10 @@ def ask_reflector(run: Any, node: Node, err: dict[str, Any], attempt: int) -> An
 
 
 def apply_patch(node: Node, patch: Any, device_override: dict[str, str]) -> None:
-    """Apply a Patch in place: ports it names are rebound, its params replace the node's
-    params (the Reflector returns the node's full, re-validated params), a device is pinned."""
-    node.inputs.update(dict(patch.inputs or {}))
-    if patch.params is not None:
-        node.params = dict(patch.params)
+    """Apply a Patch in place to the running node: a Patch carries the node's COMPLETE new
+    inputs and params (re-validated by the Reflector); a device it names is pinned."""
+    node.inputs = dict(patch.inputs)
+    node.params = dict(patch.params)
     if getattr(patch, "device", None):
         device_override[node.id] = patch.device
 

@@ -1,0 +1,290 @@
+"""Executor "Must show" tests of issue 2, on the shared 2-CPU local Ray session.
+
+Toy tools live in ``_exec_tools`` (imported by module name in Ray workers too); workflows are
+compiled from small sketches with the real compiler.
+"""
+from __future__ import annotations
+
+import gzip
+import importlib
+import json
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bcer.contracts import (Case, DeliverableSpec, Image, PlanSketch, SequenceRef, TaskContract, Validator)
+from bcer.engine.compiler import compile_plan
+from bcer.engine.executor import RunContext, run_case_workflow
+from bcer.engine.trace import events_table, read_events
+from bcer.tools.io import write_nifti
+
+sys.path.insert(0, str(Path(__file__).parent))
+importlib.import_module("_exec_tools")  # registers the xtoy.* tools in the driver
+
+pytestmark = pytest.mark.timeout(90)
+AFFINE = np.diag([1.5, 1.5, 3.0, 1.0])
+
+
+@pytest.fixture(scope="module")
+def reflector(ray_local, tmp_path_factory):
+    """An in-process Reflector; also warms two workers (tool modules imported) so timing
+    assertions measure the tools, not worker start-up."""
+    from bcer.actors.reflector import Reflector
+
+    refl = Reflector()
+    tmp = tmp_path_factory.mktemp("warm")
+    plan = sketch(*({"id": f"w{i}", "tool": "xtoy.step", "args": {"img": "@seq.T1", "sleep_s": 1.0}}
+                    for i in range(6)))
+    assert run(tmp, make_case(tmp / "in", "warm"), plan, refl).status == "succeeded"
+    return refl
+
+
+def make_case(root: Path, case_id: str = "c1", value: float = 5.0, **meta) -> Case:
+    root.mkdir(parents=True, exist_ok=True)
+    data = (np.arange(8 * 8 * 4, dtype=np.float32).reshape(8, 8, 4) % 7) + value
+    path = write_nifti(Image(data, AFFINE), root / f"{case_id}_t1.nii.gz")
+    return Case(id=case_id, root=str(root), sequences={"T1": SequenceRef(path=str(path))}, metadata=meta)
+
+
+def sketch(*steps: dict) -> PlanSketch:
+    return PlanSketch(goal="test", steps=list(steps))
+
+
+def run(tmp: Path, case: Case, plan: PlanSketch, reflector=None, contract=None, **ctx):
+    wf = compile_plan(plan, case, contract)
+    rc = RunContext(run_id="t-" + uuid.uuid4().hex[:6], output_dir=tmp / "out" / case.id, **ctx)
+    return run_case_workflow(wf, case, rc, contract=contract, reflector=reflector)
+
+
+def events(outcome_dir: Path):
+    return read_events(outcome_dir / "events.jsonl")
+
+
+def intervals(evs, node=None):
+    """Worker run intervals of succeeded nodes: [end - duration, end]."""
+    return {(e.case, e.node): (e.time - e.duration_s, e.time) for e in evs
+            if e.kind == "succeeded" and (node is None or e.node == node)}
+
+
+def test_independent_branches_overlap(ray_local, tmp_path, reflector):
+    case = make_case(tmp_path / "in")
+    plan = sketch({"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1", "add": 1}},
+                  {"id": "left", "tool": "xtoy.step", "args": {"img": "@node.a.image", "sleep_s": 1.5}},
+                  {"id": "right", "tool": "xtoy.step", "args": {"img": "@node.a.image", "sleep_s": 1.5, "add": 2}},
+                  {"id": "j", "tool": "xtoy.join", "args": {"a": "@node.left.image", "b": "@node.right.image"}})
+    outcome = run(tmp_path, case, plan, reflector)
+    assert outcome.status == "succeeded", outcome.error
+    iv = intervals(events(tmp_path / "out" / "c1"))
+    (l0, l1), (r0, r1) = iv[("c1", "left")], iv[("c1", "right")]
+    assert min(l1, r1) - max(l0, r0) > 0.75  # the two 1.5-s branches ran at the same time
+    assert iv[("c1", "j")][0] >= max(l1, r1) - 1e-3  # the join waited for both
+    out = tmp_path / "out" / "c1"
+    got = np.asarray(__import__("nibabel").load(str(out / "j.nii.gz")).dataobj)
+    src = np.asarray(case_data(case))
+    np.testing.assert_allclose(got, 2 * src + 5, rtol=1e-6)  # (x+1+1) + (x+1+2)
+
+
+def case_data(case: Case) -> np.ndarray:
+    import nibabel as nib
+
+    return np.asarray(nib.load(case.sequences["T1"].path).dataobj)
+
+
+def test_eight_cases_run_as_parallel_ray_tasks(ray_local, tmp_path, reflector):
+    plan = sketch({"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1", "sleep_s": 0.5}},
+                  {"id": "b", "tool": "xtoy.step", "args": {"img": "@node.a.image", "sleep_s": 0.5}},
+                  {"id": "c", "tool": "xtoy.step", "args": {"img": "@node.b.image", "sleep_s": 0.5}},
+                  {"id": "d", "tool": "xtoy.measure", "args": {"img": "@node.c.image"}})
+    cases = [make_case(tmp_path / "in", f"p{i}", value=float(i)) for i in range(8)]
+    t0 = time.time()
+    with ThreadPoolExecutor(8) as pool:
+        outs = list(pool.map(lambda c: run(tmp_path, c, plan, reflector), cases))
+    wall = time.time() - t0
+    assert [o.status for o in outs] == ["succeeded"] * 8
+    iv = {}
+    for c in cases:
+        iv.update(intervals(events(tmp_path / "out" / c.id)))
+    busy = sum(e - s for s, e in iv.values())
+    assert busy > 24 * 0.5  # 24 sleeping nodes of 0.5 s really ran
+    starts = [s + 1e-3 for s, _ in iv.values()]
+    running = [{c for (c, _n), (s, e) in iv.items() if s <= t < e} for t in starts]
+    assert max(len(r) for r in running) >= 3  # nodes of >= 3 different cases ran at the same moment
+    assert wall < 60
+    for i, o in enumerate(outs):  # each case measured its own data: mean = mean(x) + 3
+        want = float(np.mean(case_data(cases[i]))) + 3.0
+        assert o.measurements["d.mean"] == pytest.approx(want, rel=1e-6)
+
+
+def test_consumer_receives_only_its_field(ray_local, tmp_path, reflector):
+    case = make_case(tmp_path / "in")
+    plan = sketch({"id": "s", "tool": "xtoy.split", "args": {"img": "@seq.T1"}},
+                  {"id": "p", "tool": "xtoy.probe", "args": {"mask": "@node.s.small"}})
+    outcome = run(tmp_path, case, plan, reflector)
+    assert outcome.status == "succeeded", outcome.error
+    row = json.loads((tmp_path / "out" / "c1" / "p.json").read_text())["rows"][0]
+    assert row["type"] == "Mask" and row["field"] == "small" and row["shape"] == [8, 8, 4]
+    data = case_data(case)
+    assert row["voxels"] == int(np.count_nonzero(data > np.median(data)))
+    prov = json.loads((tmp_path / "out" / "c1" / "provenance.json").read_text())["deliverables"]["p"]
+    s_rec = prov["chain"][0]
+    assert set(s_rec["output_digests"]) == {"big", "small"}  # one return (and digest) per field
+    assert prov["chain"][1]["input_digests"]["mask"] == s_rec["output_digests"]["small"]
+
+
+def test_middle_node_failure_repaired_by_tier1_only_it_reruns(ray_local, tmp_path, reflector):
+    case = make_case(tmp_path / "in")
+    plan = sketch({"id": "n1", "tool": "xtoy.step", "args": {"img": "@seq.T1"}},
+                  {"id": "n2", "tool": "xtoy.step", "args": {"img": "@node.n1.image"}},
+                  {"id": "n3", "tool": "xtoy.window", "args": {"img": "@node.n2.image", "window": 40}},
+                  {"id": "n4", "tool": "xtoy.step", "args": {"img": "@node.n3.image"}},
+                  {"id": "n5", "tool": "xtoy.measure", "args": {"img": "@node.n4.image"}})
+    outcome = run(tmp_path, case, plan, reflector)
+    assert outcome.status == "succeeded", outcome.error
+    evs = events(tmp_path / "out" / "c1")
+    ok = {n: sum(e.kind == "succeeded" and e.node == n for e in evs) for n in ("n1", "n2", "n3", "n4", "n5")}
+    assert ok == {"n1": 1, "n2": 1, "n3": 1, "n4": 1, "n5": 1}
+    started = [e.node for e in evs if e.kind == "started"]
+    assert started.count("n3") == 3 and all(started.count(n) == 1 for n in ("n1", "n2", "n4", "n5"))
+    repaired = [e for e in evs if e.kind == "repaired"]
+    assert [e.patch["params"]["window"] for e in repaired] == [20, 10]  # halved twice: 40 -> 20 -> 10
+    assert all(e.patch["tier"] == 1 for e in repaired) and outcome.repairs == 2
+    assert outcome.workflow.node("n3").params["window"] == 10
+    want = float(np.mean((case_data(case) + 2) * 2 + 1))  # n1,n2 +1 each; n3 x2; n4 +1
+    assert outcome.measurements["n5.mean"] == pytest.approx(want, rel=1e-6)
+
+
+def test_sigkilled_worker_is_retried_with_same_deliverables(ray_local, tmp_path, reflector):
+    case = make_case(tmp_path / "in")
+    plan = sketch({"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1"}},
+                  {"id": "k", "tool": "xtoy.suicide", "args": {"img": "@node.a.image",
+                                                                "scratch_dir": "@runtime.output_dir"}},
+                  {"id": "m", "tool": "xtoy.measure", "args": {"img": "@node.k.image"}})
+    (tmp_path / "c/out/c1").mkdir(parents=True)
+    (tmp_path / "c/out/c1/killed_once").write_text("pre-made: no kill in the clean run")
+    killed = run(tmp_path / "k", case, plan, reflector)
+    clean = run(tmp_path / "c", case, plan, reflector)
+    assert killed.status == clean.status == "succeeded", (killed.error, clean.error)
+    assert (tmp_path / "k/out/c1/killed_once").read_text().isdigit()  # the first attempt really died
+    pk = json.loads((tmp_path / "k/out/c1/provenance.json").read_text())["deliverables"]
+    pc = json.loads((tmp_path / "c/out/c1/provenance.json").read_text())["deliverables"]
+    assert pk["m"]["artifact_digest"] == pc["m"]["artifact_digest"]
+    assert pk["m"]["files"] == pc["m"]["files"]  # file sha256 identical
+    kevs = events(tmp_path / "k/out/c1")
+    assert sum(e.kind == "succeeded" and e.node == "k" for e in kevs) == 1
+    assert not any(e.kind == "repaired" for e in kevs)  # Ray retried it, not the Reflector
+
+
+def test_cpu_only_cluster_gpu_fallback_and_gpu_only_fails_fast(ray_local, tmp_path, reflector):
+    assert ray_local.cluster_resources().get("GPU", 0) == 0
+    case = make_case(tmp_path / "in")
+    opt = run(tmp_path / "o", case, sketch({"id": "g", "tool": "xtoy.gpu_opt", "args": {"img": "@seq.T1"}}),
+              reflector)
+    assert opt.status == "succeeded", opt.error
+    row = json.loads((tmp_path / "o/out/c1/g.json").read_text())["rows"][0]
+    assert row["device"] == "cpu"
+    fb = [e for e in events(tmp_path / "o/out/c1") if e.kind == "fallback"]
+    assert len(fb) == 1 and "no GPU" in fb[0].message and fb[0].node == "g"
+    t0 = time.time()
+    only = run(tmp_path / "r", case, sketch({"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1"}},
+                                            {"id": "g", "tool": "xtoy.gpu_only", "args": {"img": "@node.a.image"}}),
+               reflector)
+    assert time.time() - t0 < 20
+    assert only.status == "failed" and only.error["code"] == "resource" and only.error["node"] == "g"
+    evs = events(tmp_path / "r/out/c1")
+    assert not any(e.kind == "started" and e.node == "g" for e in evs)  # never submitted
+    assert not (tmp_path / "r/out/c1/_DONE").exists()
+
+
+@pytest.mark.parametrize("hostile", ["../../etc/passwd", "/etc/passwd", "file:///etc/shadow", "~/x",
+                                     "@seq.T1", "a\x00b"])
+def test_hostile_path_params_rejected_with_sandbox(ray_local, tmp_path, reflector, hostile):
+    case = make_case(tmp_path / "in")
+    plan = sketch({"id": "w", "tool": "xtoy.writer", "args": {"img": "@seq.T1", "out_path": "ok.txt"}})
+    wf = compile_plan(plan, case)
+    wf.node("w").params["out_path"] = hostile  # as if a patch or plan slipped it past the compiler
+    rc = RunContext(run_id="hostile", output_dir=tmp_path / "out" / case.id)
+    outcome = run_case_workflow(wf, case, rc, reflector=reflector)
+    assert outcome.status in ("failed", "halted")
+    assert outcome.error["code"] in ("sandbox", "bad_reference") if hostile.startswith("@") else \
+        outcome.error["code"] == "sandbox"
+    assert not any(e.kind == "started" for e in events(rc.output_dir))
+
+
+def brain_contract(size: int = 8) -> TaskContract:
+    return TaskContract(
+        id="toy", domain="unknown", goal="step, measure, grade", inputs=["T1"],
+        milestones=["stepped", "measured", "graded"],
+        deliverables=[
+            DeliverableSpec(name="stepped_image", kind="image", milestone="stepped", file="stepped.nii.gz",
+                            validators=[Validator(type="exists"), Validator(type="nifti_nonempty"),
+                                        Validator(type="affine_matches_input", arg="T1")]),
+            DeliverableSpec(name="volumes", kind="table", milestone="measured", file="volumes.json",
+                            validators=[Validator(type="table_rows", arg=1), Validator(type="json_field", arg="rows")]),
+            DeliverableSpec(name="grade", kind="classification", milestone="graded", file="grade.json",
+                            validators=[Validator(type="json_field", arg="label")]),
+        ])
+
+
+def test_deliverables_provenance_trace_and_done(ray_local, tmp_path, reflector):
+    case = make_case(tmp_path / "in", value=20.0)
+    plan = sketch({"id": "s", "tool": "xtoy.step", "args": {"img": "@seq.T1", "add": 2}},
+                  {"id": "m", "tool": "xtoy.measure", "args": {"img": "@node.s.image"}},
+                  {"id": "g", "tool": "xtoy.grade", "args": {"table": "@node.m.table"}})
+    outcome = run(tmp_path, case, plan, reflector, contract=brain_contract())
+    out = tmp_path / "out" / "c1"
+    assert outcome.status == "succeeded", outcome.error
+    assert (outcome.sr, outcome.tcr) == (1, 1.0)
+    assert sorted(outcome.deliverables) == ["grade", "stepped_image", "volumes"]
+    assert {p.name for p in out.iterdir()} >= {"stepped.nii.gz", "volumes.json", "volumes.csv", "grade.json",
+                                                "workflow.json", "provenance.json", "events.jsonl", "_DONE"}
+    assert outcome.measurements["grade.label"] == "high"
+    assert outcome.measurements["volumes.mean"] == pytest.approx(float(np.mean(case_data(case))) + 2)
+    prov = json.loads((out / "provenance.json").read_text())["deliverables"]
+    from bcer.engine.digest import file_digest
+
+    assert prov["grade"]["inputs"]["T1"]["sha256"] == file_digest(case.sequences["T1"].path)
+    assert [c["node"] for c in prov["grade"]["chain"]] == ["s", "m", "g"]
+    assert prov["grade"]["chain"][0]["params"]["add"] == 2 and prov["grade"]["chain"][0]["tool"] == "xtoy.step"
+    assert prov["stepped_image"]["files"]["stepped.nii.gz"] == file_digest(out / "stepped.nii.gz")
+    evs = read_events(out / "events.jsonl")
+    assert evs[0].kind == "case_started" and evs[-1].kind == "case_finished"
+    assert sum(e.kind == "validated" for e in evs) == 3
+    assert (out / "_DONE").stat().st_mtime >= (out / "provenance.json").stat().st_mtime
+    table = events_table([out / "events.jsonl"])
+    assert table.num_rows == len(evs) and set(table.column("kind").to_pylist()) >= {"started", "succeeded"}
+
+
+def test_failed_validation_scores_and_no_done(ray_local, tmp_path, reflector):
+    case = make_case(tmp_path / "in", value=20.0)
+    contract = brain_contract()
+    contract.deliverables[2].validators = [Validator(type="json_field", arg="no_such_field")]
+    plan = sketch({"id": "s", "tool": "xtoy.step", "args": {"img": "@seq.T1"}},
+                  {"id": "m", "tool": "xtoy.measure", "args": {"img": "@node.s.image"}},
+                  {"id": "g", "tool": "xtoy.grade", "args": {"table": "@node.m.table"}})
+    outcome = run(tmp_path, case, plan, reflector, contract=contract)
+    assert outcome.status == "failed" and outcome.error["code"] == "schema"
+    assert outcome.sr == 0 and outcome.tcr == pytest.approx(5 / 6)
+    assert "no_such_field" in outcome.error["message"]
+    assert not (tmp_path / "out" / "c1" / "_DONE").exists()
+
+
+def test_corrupt_input_fails_with_schema_naming_the_file(ray_local, tmp_path, reflector):
+    case = make_case(tmp_path / "in")
+    path = Path(case.sequences["T1"].path)
+    blob = path.read_bytes()
+    path.write_bytes(blob[: len(blob) // 2])  # truncated .nii.gz
+    with pytest.raises((EOFError, OSError)):
+        gzip.decompress(path.read_bytes())
+    plan = sketch({"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1"}},
+                  {"id": "m", "tool": "xtoy.measure", "args": {"img": "@node.a.image"}})
+    outcome = run(tmp_path, case, plan, reflector)
+    assert outcome.status == "failed"
+    assert outcome.error["code"] == "schema" and path.name in outcome.error["message"]
+    assert outcome.error["file"] == str(path)
+    assert outcome.node_status == {"a": "failed", "m": "blocked"}
+    assert not (tmp_path / "out" / "c1" / "_DONE").exists()
