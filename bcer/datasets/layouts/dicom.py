@@ -74,10 +74,22 @@ def detect(root: Path) -> bool:
     return root.is_dir() and bool(_case_dirs(root))
 
 
+def _canonical_prefix(text: str) -> str | None:
+    """Canonical name of ``text`` or of its longest ``_``-separated prefix: scanners append
+    plane and options (``t2_tse_tra`` -> ``t2_tse`` -> T2w, ``AX_T2_FS`` -> ``AX_T2``)."""
+    tokens = sanitise_description(text).split("_")
+    for n in range(len(tokens), 0, -1):
+        name = canonical_sequence("_".join(tokens[:n]))
+        if name:
+            return name
+    return None
+
+
 def series_name(description: str, protocol: str = "") -> str:
-    """Canonical sequence name of a series, or its sanitised description when unknown."""
-    return canonical_sequence(description) or canonical_sequence(protocol) or sanitise_description(
-        description or protocol)
+    """Canonical sequence name of a series (from SeriesDescription, then ProtocolName), or
+    its sanitised description when the alias table knows neither."""
+    return (canonical_sequence(description) or canonical_sequence(protocol) or _canonical_prefix(description)
+            or _canonical_prefix(protocol) or sanitise_description(description or protocol))
 
 
 # ----------------------------------------------------------------------------- writing
