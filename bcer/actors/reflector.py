@@ -165,7 +165,9 @@ class Tier1:
         reg = resolve_registry(self._registry).get(failure.node.tool)
         if reg is None:
             return None
-        handler = {ErrorCode.bad_reference: self._fix_reference, ErrorCode.schema: self._fix_schema,
+        if code is ErrorCode.bad_reference:
+            return self._fix_reference(failure, reg, case, workflow)
+        handler = {ErrorCode.schema: self._fix_schema,
                    ErrorCode.value_range: self._fix_range, ErrorCode.resource: self._fix_resource,
                    ErrorCode.numeric: self._drop_overrides, ErrorCode.internal: self._drop_overrides}.get(code)
         return handler(failure, reg, case) if handler else None
@@ -179,7 +181,7 @@ class Tier1:
                      tier=self.tier)
 
     # -- bad_reference: token alias / field-name fix -----------------------------------------------
-    def _fix_reference(self, failure: Failure, reg: Any, case: Case) -> Patch | None:
+    def _fix_reference(self, failure: Failure, reg: Any, case: Case, workflow: Workflow) -> Patch | None:
         node, arg = failure.node, failure.arg
         if arg in node.params and is_token(node.params[arg]):
             return self._fix_param_token(failure, arg, case)
@@ -190,7 +192,7 @@ class Tier1:
             if port is None:
                 continue
             options = [t for t, k in failure.available.items() if k == port.kind.value]
-            new = _alias_match(inputs[port_name], options) or _closest(inputs[port_name], options)
+            new = _repair_token(inputs[port_name], options, [n.id for n in workflow.nodes])
             if new is not None and new != inputs[port_name]:
                 fixed.append(f"{port_name}: {inputs[port_name]} -> {new}")
                 inputs[port_name] = new
@@ -232,13 +234,13 @@ class Tier1:
         bound = {p: failure.bound_kinds.get(p) or failure.available.get(t) for p, t in node.inputs.items()}
         want = {p.name: p.kind.value for p in reg.spec.inputs}
         wrong = [p for p, k in bound.items() if k is not None and p in want and k != want[p]]
-        inputs = dict(node.inputs)
-        swapped = []
+        inputs, used, swapped = dict(node.inputs), set(), []
         for p in wrong:
-            q = next((q for q in wrong if q != p and bound[q] == want[p] and bound[p] == want[q]
-                      and q not in {x for pair in swapped for x in pair}), None)
-            if q is not None and p not in {x for pair in swapped for x in pair}:
+            q = next((q for q in wrong if q != p and {p, q}.isdisjoint(used)
+                      and bound[q] == want[p] and bound[p] == want[q]), None)
+            if q is not None:
                 inputs[p], inputs[q] = inputs[q], inputs[p]
+                used |= {p, q}
                 swapped.append((p, q))
         if not swapped:
             return None
@@ -308,21 +310,30 @@ def _jsonable(value: Any) -> Any:
         return repr(value)
 
 
-def _alias_match(token: str, options: list[str]) -> str | None:
-    """The option naming the same sequence through the alias table, or the same node output
-    up to case (``@seq.t1ce`` -> ``@seq.T1c``)."""
+def _repair_token(raw: str, options: list[str], node_ids: list[str]) -> str | None:
+    """The bindable token that ``raw`` evidently meant, or None.
+
+    Sequences are matched only through the alias table (``@seq.t1ce`` -> ``@seq.T1c``), never
+    by spelling: T1 and T2 look alike and are different data. A node reference keeps its node
+    (a misspelt id is corrected to the closest workflow node) and gets the closest field.
+    """
+    cleaned = re.sub(r"\.{2,}", ".", re.sub(r"\s+", "", raw)).rstrip(".")
     try:
-        tok = parse_token(token)
-    except Exception:  # a malformed token: leave it to the closest-string match
+        tok = parse_token(cleaned)
+    except Exception:  # beyond a whitespace/dot slip: not evidently anything
         return None
-    for opt in options:
-        o = parse_token(opt)
-        if tok.scope == o.scope == "seq" and (normalise_seq(tok.name) or tok.name.lower()) == \
-                (normalise_seq(o.name) or o.name.lower()):
-            return opt
-        if tok.scope == o.scope == "node" and tok.name == o.name and (tok.field or "").lower() == (o.field or "").lower():
-            return opt
-    return None
+    if tok.scope == "seq":
+        want = normalise_seq(tok.name)
+        return next((o for o in options if o.startswith("@seq.") and want is not None
+                     and normalise_seq(o[5:]) == want), None)
+    if tok.scope != "node":
+        return None
+    node_id = tok.name if tok.name in node_ids else _closest(tok.name, node_ids)
+    fields = {parse_token(o).field: o for o in options if o.startswith(f"@node.{node_id}.")}
+    field = tok.field if tok.field in fields else _closest(tok.field or "", list(fields))
+    if field is None:
+        field = next((f for f in fields if f.lower() == (tok.field or "").lower()), None)
+    return fields.get(field) if field is not None else None
 
 
 # -- tier 2: an LLM patch constrained to the tool's own params ------------------------------------

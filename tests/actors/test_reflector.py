@@ -110,11 +110,22 @@ def repair(wf: Workflow, f: Failure, reflector: Reflector | None = None) -> Patc
     ("smooth", "image", "@seq.T1C", "@seq.T1c"),
     ("apply", "image", "@node.smooth.imag", "@node.smooth.image"),  # field-name fix
     ("apply", "mask", "@node.seg.Mask", "@node.seg.mask"),
+    ("apply", "mask", "@node.seg.MASK", "@node.seg.mask"),
+    ("apply", "image", "@node.smoth.image", "@node.smooth.image"),  # misspelt node id
+    ("smooth", "image", "@seq. t1ce", "@seq.T1c"),  # whitespace slip in the token
+    ("apply", "image", "@node..smooth.image", "@node.smooth.image"),
 ])
 def test_token_alias_and_field_fix(wf: Workflow, node_id: str, port: str, bad: str, good: str) -> None:
     p = repair(wf, failure(wf, node_id, "bad_reference", port, inputs={port: bad}))
     assert isinstance(p, Patch) and p.tier == 1 and p.inputs[port] == good
     assert p.params == wf.node(node_id).params  # nothing else touched
+
+
+@pytest.mark.parametrize("bad", ["@seq.T1", "@seq.FLAIR", "@seq.T2c", "@node.apply.image", "@bogus.x"])
+def test_reference_never_guessed_into_other_data(wf: Workflow, bad: str) -> None:
+    # T1 is not T1c or T2 (they only look alike); apply has not run: a missing input halts
+    h = repair(wf, failure(wf, "smooth", "bad_reference", "image", inputs={"image": bad}))
+    assert isinstance(h, Halt) and h.code == "bad_reference"
 
 
 def test_param_token_fix(wf: Workflow) -> None:
