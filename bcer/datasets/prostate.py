@@ -310,6 +310,17 @@ def _lesion_truth(anat: _Anatomy, t2_pts, t2_lab, t2_zones, t2_img, adc_pts, adc
     return out
 
 
+def _misalignment(rng: np.random.Generator, misalign: bool, center: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+    """The rigid T2w->ADC matrix ``M`` (identity unless ``misalign``) and its truth record."""
+    rot, trans = (rng.uniform(-5, 5, 3).tolist(), rng.uniform(-5, 5, 3).tolist()) if misalign else ([0.0] * 3,) * 2
+    move = rigid_matrix(rot, trans, center)
+    return move, {"fixed": "T2w", "moving": ["ADC", "DWI"], "matrix": move.tolist(),
+                  "matrix_adc_to_t2w": np.linalg.inv(move).tolist(), "rotation_deg": rot, "translation_mm": trans,
+                  "center_world": center.tolist(),
+                  "direction": "tissue at T2w world point p appears in ADC/DWI at matrix @ p "
+                               "(ITK fixed->moving with fixed=T2w, moving=ADC)"}
+
+
 def make_prostate(case_id: str, seed: int, size: Size = "small", n_lesions: int | None = None,
                   misalign: bool = True, oblique: bool = True, noise: float = 0.02,
                   bladder: bool | None = None) -> Phantom:
@@ -345,11 +356,7 @@ def make_prostate(case_id: str, seed: int, size: Size = "small", n_lesions: int 
     adc_aff, adc_shape = _grid(rng, "ADC", size, oblique, anat.center)
     t2_pts = world_coords(t2_aff, t2_shape)
     _place_lesions(rng, anat, t2_pts, n)
-    move = np.eye(4)
-    motion: dict[str, Any] = {"rotation_deg": [0.0] * 3, "translation_mm": [0.0] * 3}
-    if misalign:
-        motion = {"rotation_deg": rng.uniform(-5, 5, 3).tolist(), "translation_mm": rng.uniform(-5, 5, 3).tolist()}
-        move = rigid_matrix(motion["rotation_deg"], motion["translation_mm"], anat.center)
+    move, motion = _misalignment(rng, misalign, anat.center)
     t2_imgs, zones, lesions = anat.images(t2_pts, rng, noise)
     # The diffusion scan shows at world point q the tissue that sits at M^-1 q in T2w space.
     adc_world = world_coords(adc_aff, adc_shape)
@@ -368,20 +375,12 @@ def make_prostate(case_id: str, seed: int, size: Size = "small", n_lesions: int 
               "gland_adc": Mask((zones_adc > 0).astype(np.int16), adc_aff, {}, labels={1: "gland"})}
     voxel_ml = (t2.voxel_volume_ml, adc.voxel_volume_ml)
     lesion_truth = _lesion_truth(anat, t2_pts, lesions, zones, t2.data, adc_world, lesions_adc, adc.data, voxel_ml)
-    truth = {
-        "domain": "prostate", "n_lesions": len(lesion_truth), "lesions": lesion_truth,
-        "gland_volume_ml": labels["gland"].volume_ml(1),
-        "pz_volume_ml": labels["zones"].volume_ml(1), "tz_volume_ml": labels["zones"].volume_ml(2),
-        "max_category": max((les["category"] for les in lesion_truth), default=1),
-        "misalignment": {"fixed": "T2w", "moving": ["ADC", "DWI"], "matrix": move.tolist(),
-                         "matrix_adc_to_t2w": np.linalg.inv(move).tolist(), **motion,
-                         "center_world": anat.center.tolist(),
-                         "direction": "tissue at T2w world point p appears in ADC/DWI at matrix @ p "
-                                      "(ITK fixed->moving with fixed=T2w, moving=ADC)"},
-        "adc_units": "1e-6 mm2/s", "b_value": B_VALUE, "pirads_rule": PIRADS_RULE,
-        "tissue_values": {k: list(v) for k, v in anat.values.items()},
-        "has_bladder": anat.bladder is not None,
-    }
+    truth = {"domain": "prostate", "n_lesions": len(lesion_truth), "lesions": lesion_truth,
+             "gland_volume_ml": labels["gland"].volume_ml(1),
+             "pz_volume_ml": labels["zones"].volume_ml(1), "tz_volume_ml": labels["zones"].volume_ml(2),
+             "max_category": max((les["category"] for les in lesion_truth), default=1),
+             "misalignment": motion, "adc_units": "1e-6 mm2/s", "b_value": B_VALUE, "pirads_rule": PIRADS_RULE,
+             "tissue_values": {k: list(v) for k, v in anat.values.items()}, "has_bladder": anat.bladder is not None}
     metadata = {"age": int(rng.integers(52, 80)), "sex": "M", "psa_ng_ml": round(float(rng.uniform(2, 25)), 1),
                 "b_value": B_VALUE, "history": "elevated PSA; rule out clinically significant prostate cancer"}
     return Phantom(case_id, "prostate", {"T2w": t2, "ADC": adc, "DWI": dwi}, labels, metadata, truth)

@@ -20,6 +20,7 @@ Enhanced (multi-frame) MR objects are not supported and give a ``schema`` error.
 """
 from __future__ import annotations
 
+import io
 import logging
 import re
 from collections import defaultdict
@@ -29,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ...contracts.artifacts import Image
+from ...contracts.artifacts import Image, Mask
 from ...contracts.errors import ErrorCode, ToolError
 
 log = logging.getLogger(__name__)
@@ -333,7 +334,7 @@ def _series_datasets(image: Image, description: str, series_number: int, protoco
         yield k, ds
 
 
-def write_series(image: Image, folder: str | Path, description: str, series_number: int = 1,
+def write_series(image: Image | Mask, folder: str | Path, description: str, series_number: int = 1,
                  protocol_name: str | None = None, patient_id: str = "ANON",
                  study_uid: str | None = None, series_uid: str | None = None,
                  extra: dict[str, Any] | None = None) -> list[Path]:
@@ -355,10 +356,9 @@ def write_series(image: Image, folder: str | Path, description: str, series_numb
     Raises:
         ToolError: ``shape`` for anything but a 3-D volume, ``numeric`` for NaN/Inf.
     """
-    from ...contracts.artifacts import _Volume
     from .nifti import atomic_write_bytes
 
-    data = np.asarray(getattr(image, "data", None)) if isinstance(image, _Volume) else None
+    data = np.asarray(image.data) if isinstance(image, (Image, Mask)) else None
     if data is None or data.ndim != 3:
         raise ToolError(ErrorCode.shape, f"write_series needs a 3-D volume, got "
                         f"{None if data is None else data.shape}", arg="image", file=str(folder))
@@ -367,8 +367,6 @@ def write_series(image: Image, folder: str | Path, description: str, series_numb
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
-    import io
-
     for k, ds in _series_datasets(image, description, series_number, protocol_name, patient_id,
                                   study_uid, series_uid, extra):
         buf = io.BytesIO()
