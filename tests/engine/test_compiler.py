@@ -6,6 +6,8 @@ import pickle
 from typing import NamedTuple
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
 import bcer.tools.registry as registry_mod
@@ -372,9 +374,6 @@ def test_validate_node_rejects(update: dict, code: ErrorCode, arg: str) -> None:
 
 # --- robustness: whatever a planner writes, the compiler answers with typed errors -----------------
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
 _values = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=12),
                     st.sampled_from(["@seq.T1c", "@seq.t1ce", "@seq.CINE", "@node.a.image", "@node.b.mask",
                                      "@case.weight", "@runtime.seed", "@", "@node.a", "@seq.T1c.x"]),
@@ -382,7 +381,7 @@ _values = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan
 _names = st.sampled_from(["image", "strength", "window", "mask", "label", "weight_kg", "bogus", "threshold"])
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(sorted(TOOLS) + ["tc.nope"]), st.dictionaries(_names, _values, max_size=4),
                           st.lists(st.sampled_from(["a", "b", "c", "zz"]), max_size=2)), min_size=1, max_size=3))
 def test_arbitrary_sketches_compile_or_raise_typed_errors(steps: list) -> None:
