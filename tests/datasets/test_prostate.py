@@ -161,3 +161,18 @@ def test_no_misalignment_gives_identity():
     c_t2 = _points(ph.labels["gland"].data == 1, ph.labels["gland"].affine).mean(0)
     c_adc = _points(ph.labels["gland_adc"].data == 1, ph.labels["gland_adc"].affine).mean(0)
     assert np.linalg.norm(c_t2 - c_adc) < 1.0
+
+
+def test_full_size_grid_and_truth():
+    ph = make_prostate("f", 21, size="full", n_lesions=1)
+    t2, adc = ph.sequences["T2w"], ph.sequences["ADC"]
+    np.testing.assert_allclose(t2.spacing, (0.5, 0.5, 3.0))
+    np.testing.assert_allclose(adc.spacing, (2.0, 2.0, 3.0))
+    (les,) = ph.truth["lesions"]
+    pts = _points(ph.labels["lesions"].data == 1, t2.affine)
+    assert les["side"] == ("R" if pts[:, 0].mean() > 0 else "L")
+    assert les["category"] == pirads_category(les["zone"], les["size_mm"], les["adc"], les["t2_ratio"])
+    m = np.array(ph.truth["misalignment"]["matrix"])
+    c_t2 = _points(ph.labels["gland"].data == 1, t2.affine).mean(0)
+    c_adc = _points(ph.labels["gland_adc"].data == 1, adc.affine).mean(0)
+    assert np.linalg.norm(m[:3, :3] @ c_t2 + m[:3, 3] - c_adc) < 0.5
