@@ -512,6 +512,16 @@ class Reflector:
             return None
         return patch.model_copy(update={"inputs": node.inputs, "params": node.params})
 
+    def reset(self, case_id: str | None = None) -> None:
+        """Forget the repairs counted for one case (e.g. when it starts a fresh run), or all."""
+        if case_id is None:
+            self._per_node.clear()
+            self._per_case.clear()
+            return
+        for key in [k for k in self._per_node if k[0] == case_id]:
+            del self._per_node[key]
+        self._per_case.pop(case_id, None)
+
     def usage(self, case_id: str) -> dict[str, int]:
         """Repairs used so far for a case: ``{"case": n, "<node>": n, ...}``."""
         out = {node: n for (c, node), n in self._per_node.items() if c == case_id}

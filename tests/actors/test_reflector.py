@@ -226,6 +226,8 @@ def test_budget_per_node_then_per_case(wf: Workflow) -> None:
     h = repair(wf, g, r)
     assert isinstance(h, Halt) and "case 3/3" in h.reason
     assert r.usage(CASE.id) == {"case": 3, "smooth": 2, "seg": 1}
+    r.reset(CASE.id)  # a fresh run of the case gets a fresh budget
+    assert r.usage(CASE.id) == {"case": 0} and isinstance(repair(wf, f, r), Patch)
 
 
 def test_invalid_or_noop_patch_falls_through_to_next_tier(wf: Workflow) -> None:
