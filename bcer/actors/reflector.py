@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import re
+import zlib
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
@@ -537,6 +538,27 @@ def reflector_actor(tiers: list[RepairTier] | None = None, max_per_node: int = 2
     return _actor_class().options(**opts).remote(tiers, max_per_node, max_per_case, registry)
 
 
+class ReflectorPool:
+    """A small pool of Reflector actors shared by the cases of a cohort (so a tier-2 LLM
+    client is held by a few actors, not one per case). A case always goes to the same member,
+    chosen by a stable hash of its id, because its repair budget lives there.
+
+    Args:
+        size: number of actors.
+        prefix: actor names are ``f"{prefix}_{i}"`` (get-or-create: drivers share them).
+        **kwargs: passed to :func:`reflector_actor` (tiers, budgets, registry, namespace).
+    """
+
+    def __init__(self, size: int = 2, prefix: str = "bcer_reflector", **kwargs: Any):
+        if size < 1:
+            raise ValueError(f"a reflector pool needs at least one actor, got size={size}")
+        self.members = [reflector_actor(name=f"{prefix}_{i}", **kwargs) for i in range(size)]
+
+    def for_case(self, case_id: str) -> Any:
+        """The actor handle that repairs ``case_id``."""
+        return self.members[zlib.crc32(case_id.encode()) % len(self.members)]
+
+
 _ACTOR_CLS: Any = None
 
 
@@ -557,5 +579,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Failure", "Halt", "HALT_AT_ONCE", "LLMTier", "Patch", "Reflector", "ReflectorActor", "RepairTier",
-           "Tier1", "clamp_value", "patch_schema", "reflector_actor", "repair_prompt"]
+__all__ = ["Failure", "Halt", "HALT_AT_ONCE", "LLMTier", "Patch", "Reflector", "ReflectorActor", "ReflectorPool",
+           "RepairTier", "Tier1", "clamp_value", "patch_schema", "reflector_actor", "repair_prompt"]

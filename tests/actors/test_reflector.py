@@ -9,8 +9,8 @@ import pytest
 from pydantic import BaseModel, Field
 
 import bcer.tools.registry as registry_mod
-from bcer.actors.reflector import (Failure, Halt, LLMTier, Patch, Reflector, Tier1, patch_schema,
-                                   reflector_actor)
+from bcer.actors.reflector import (Failure, Halt, LLMTier, Patch, Reflector, ReflectorPool, Tier1,
+                                   patch_schema, reflector_actor)
 from bcer.contracts import Case, ErrorCode, Image, Mask, PlanSketch, SequenceRef, Table, ToolError, Workflow
 from bcer.engine.compiler import compile_plan
 from bcer.tools.registry import REGISTRY, tool
@@ -300,3 +300,12 @@ def test_reflector_actor(ray_local, wf: Workflow) -> None:
     h = ray_local.get(again.repair.remote(f, wf, CASE))
     assert isinstance(h, Halt) and "budget" in h.reason
     ray_local.kill(actor)
+
+
+def test_reflector_pool_routes_a_case_to_one_member(ray_local) -> None:
+    pool = ReflectorPool(size=2, prefix="bcer_test_pool", registry=TOOLS)
+    ids = {c: pool.for_case(c)._actor_id for c in ("c0", "c1", "c2", "c3", "c4", "c5")}
+    assert {c: pool.for_case(c)._actor_id for c in ids} == ids  # stable
+    assert len(set(ids.values())) == 2  # both members used (crc32 of these ids is mixed)
+    for m in pool.members:
+        ray_local.kill(m)
