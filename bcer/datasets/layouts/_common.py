@@ -126,6 +126,7 @@ def nifti_header(path: str | Path) -> dict[str, Any]:
     import zlib
 
     import nibabel as nib
+    from nibabel.filebasedimages import ImageFileError
 
     path = Path(path)
     if not path.exists():
@@ -134,7 +135,7 @@ def nifti_header(path: str | Path) -> dict[str, Any]:
         img = nib.load(str(path))
         affine = np.asarray(img.affine, dtype=np.float64)
         shape = tuple(int(n) for n in img.shape)
-    except (EOFError, OSError, zlib.error, gzip.BadGzipFile, ValueError) as e:
+    except (EOFError, OSError, zlib.error, gzip.BadGzipFile, ValueError, ImageFileError) as e:
         raise ToolError(ErrorCode.schema, f"cannot read NIfTI header of {path.name}: "
                         f"{type(e).__name__}: {e}", hint="the file is truncated or not NIfTI",
                         file=str(path)) from e

@@ -241,7 +241,9 @@ def _read_subject(root: Path, case_id: str, d: Path, participants: dict[str, dic
             log.warning("BIDS reader skips %s (unknown or duplicate sequence)", p)
             continue
         sequences[name] = ref_for(p.resolve(), kind="cine" if name == "CINE" else "image")
-    metadata = {k: v for k, v in participants.get(case_id.split("_")[0], {}).items() if k != "participant_id"}
+    # "n/a" means unknown: leave the key out rather than bind None to @case.<key>
+    metadata = {k: v for k, v in participants.get(case_id.split("_")[0], {}).items()
+                if k != "participant_id" and v is not None}
     gt = None
     if truth is not None:
         metadata.update({k: v for k, v in truth["metadata"].items() if k not in metadata})
