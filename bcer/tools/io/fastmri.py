@@ -103,7 +103,7 @@ def fastmri_header(path: str | Path) -> dict[str, Any]:
                             hint=f"datasets present: {sorted(f.keys())}", file=str(path))
         s, c, kx, ky = _kspace_shape(f["kspace"].shape, path)
         affine = _affine(f, "bcer_affine", "encodedSpace", (kx, ky, s), path)
-        return {"shape": (kx, ky, s), "n_coils": c, "affine": affine,
+        return {"shape": (kx, ky, s), "n_coils": c, "affine": affine, "datasets": sorted(f.keys()),
                 "attrs": {k: to_jsonable(v) for k, v in f.attrs.items() if not k.startswith("bcer_")}}
 
 
