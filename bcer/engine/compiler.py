@@ -298,10 +298,11 @@ def _draft(ctx: _Ctx, step_id: str, spec: ToolSpec, args: Mapping[str, Any], ste
     raw_inputs, values = _split_args(ctx, step_id, spec, args)
     inputs: dict[str, str] = {}
     given = {k for k, v in raw_inputs.items() if v is not None}
-    for name in given:
-        token = _check_port(ctx, step_id, spec.input(name), raw_inputs[name])  # type: ignore[arg-type]
-        if token is not None:
-            inputs[name] = token
+    for port in spec.inputs:  # port order, so the compiled workflow is byte-for-byte reproducible
+        if port.name in given:
+            token = _check_port(ctx, step_id, port, raw_inputs[port.name])
+            if token is not None:
+                inputs[port.name] = token
     params = _check_params(ctx, step_id, spec, values)
     return _Draft(step, spec, inputs, params or {}, given)
 
@@ -425,7 +426,8 @@ def _required(ctx: _Ctx, drafts: Mapping[str, _Draft], graph: nx.DiGraph,
 
 def _node(d: _Draft, required: bool) -> Node:
     spec = d.spec
-    return Node(id=d.step.id, tool=spec.name, version=spec.version, inputs=dict(d.inputs), params=d.params,
+    inputs = {p.name: d.inputs[p.name] for p in spec.inputs if p.name in d.inputs}  # port order
+    return Node(id=d.step.id, tool=spec.name, version=spec.version, inputs=inputs, params=d.params,
                 outputs=[p.name for p in spec.outputs], resources=spec.resources.model_copy(), gpu=spec.gpu,
                 required=required, milestone=spec.milestone, after=list(d.step.after), why=d.step.why)
 

@@ -407,3 +407,10 @@ def test_non_finite_literal_in_unbounded_param_rejected() -> None:
                             {"id": "vol", "tool": "tc.measure", "args": {"mask": "@node.seg.mask",
                                                                          "weight_kg": float("inf")}}))
     assert errs[0].code is ErrorCode.value_range and errs[0].context["arg"] == "weight_kg"
+
+
+def test_compiled_workflow_is_reproducible() -> None:
+    # inputs follow the tool's port order whatever order the plan wrote them in
+    a = compile_(sketch({"id": "r", "tool": "tc.register", "args": {"moving": "@seq.t2w", "fixed": "@seq.T1c"}}))
+    b = compile_(sketch({"id": "r", "tool": "tc.register", "args": {"fixed": "@seq.T1c", "moving": "@seq.t2w"}}))
+    assert list(a.node("r").inputs) == ["fixed", "moving"] and a.model_dump_json() == b.model_dump_json()
