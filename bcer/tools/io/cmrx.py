@@ -34,7 +34,7 @@ _USERBLOCK = 512  # MATLAB v7.3 files start with a 512-byte text header before t
 _KSPACE_RX = re.compile(r"^kspace(_full|_sub\d+)?$")
 _MASK_RX = re.compile(r"^mask(\d+)?$")
 
-__all__ = ["read_cmrx_kspace", "read_cmrx_mask", "write_cmrx_kspace", "write_cmrx_mask", "read_sequence",
+__all__ = ["kspace_shape", "read_cmrx_kspace", "read_cmrx_mask", "write_cmrx_kspace", "write_cmrx_mask", "read_sequence",
            "rss_image", "kspace_variable"]
 
 
@@ -82,6 +82,18 @@ def _bcer_affine(f, shape3: tuple[int, ...]) -> tuple[np.ndarray, bool]:
     a = np.eye(4)
     a[:3, 3] = -(np.asarray(shape3, dtype=np.float64) - 1) / 2.0
     return a, False
+
+
+def kspace_shape(path: str | Path, variable: str | None = None) -> tuple[int, ...]:
+    """bcer shape (C, X, Y, Z[, T]) of a k-space variable, from the HDF5 header only."""
+    path = Path(path)
+    with _open(path) as f:
+        shape = f[kspace_variable(f, path, variable)].shape
+    if len(shape) not in (4, 5):
+        raise ToolError(ErrorCode.shape, f"k-space in {path.name} has shape {shape}; expected 4-D or 5-D",
+                        file=str(path))
+    order = (2, 4, 3, 1, 0) if len(shape) == 5 else (1, 3, 2, 0)
+    return tuple(int(shape[i]) for i in order)
 
 
 def read_cmrx_mask(path: str | Path, name: str | None = None) -> np.ndarray:
