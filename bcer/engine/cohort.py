@@ -120,6 +120,9 @@ def run_one(case: Case, cfg: CohortConfig, reflector=None, hooks: Iterable = ())
         return row
     write_json(sketch.model_dump(mode="json"), case_dir / "plan.json")
     ctx = RunContext(run_id=cfg.run_id, output_dir=case_dir, seed=cfg.seed)
+    if reflector is not None:
+        reflector = reflector.for_case(case.id)
+        reflector.reset.remote(case.id)  # a fresh repair budget for this run of the case
     outcome = run_case_workflow(workflow, case, ctx, contract=cfg.contract, reflector=reflector,
                                 hooks=list(hooks))
     row = {"case": case.id, "task": cfg.contract.id if cfg.contract else None, "run": cfg.run_id,
@@ -170,7 +173,7 @@ def run_cohort(cases: Iterable[Case], cfg: CohortConfig,
             todo.append(case)
     if todo:
         ensure_ray(cfg.address)
-        reflector = _reflector()
+        reflector = _reflector(2 if cfg.max_in_flight > 2 else 1)
         with ThreadPoolExecutor(max_workers=max(1, cfg.max_in_flight), thread_name_prefix="bcer-case") as pool:
             futures = {pool.submit(run_one, c, cfg, reflector, hooks): c for c in todo}
             for fut in as_completed(futures):
@@ -185,10 +188,11 @@ def run_cohort(cases: Iterable[Case], cfg: CohortConfig,
     return result
 
 
-def _reflector():
-    from ..actors.reflector import reflector_actor
+def _reflector(size: int = 2):
+    """A small pool shared by the cases of the cohort (a later tier 2 holds an LLM client)."""
+    from ..actors.reflector import ReflectorPool
 
-    return reflector_actor()
+    return ReflectorPool(size)
 
 
 def write_cohort_outputs(result: CohortResult, cfg: CohortConfig) -> None:
