@@ -129,9 +129,14 @@ class CaseRun:
                 and all(self.seq_meta.get(s, {}).get("ok") for s in seqs))
 
     def _submit_ready(self) -> None:
-        for n in self.wf.nodes:
-            if self._ready(n.id):
-                self._submit(n)
+        # repeat: a node that fails at submission and is patched becomes ready again at once
+        progressed = True
+        while progressed:
+            progressed = False
+            for n in self.wf.nodes:
+                if self._ready(n.id):
+                    self._submit(n)
+                    progressed = True
 
     def _submit(self, node: Node) -> None:
         from .executor import _remote_node
@@ -147,9 +152,10 @@ class CaseRun:
             runtime = runtime_values(self.ctx.output_dir, where.device, self.ctx.seed, self.ctx.run_id)
             params = resolve_params(node.params, self.case, runtime)
             validate_params(node.tool, params)
-            self.sandbox.check_args(params)
+            reg = get_tool(node.tool)
+            params = self.sandbox.check_args(params, reg.params_model)  # path params come back resolved
             ports, args = self._bind(node)
-            fn = get_tool(node.tool).fn
+            fn = reg.fn
             module, module_file = fn.__module__, getattr(sys.modules.get(fn.__module__), "__file__", "") or ""
         except ToolError as e:
             self._on_failure(node, e.with_context(node=node.id, tool=node.tool).to_dict(), attempt)
@@ -283,23 +289,24 @@ class CaseRun:
             err["halt_reason"] = reason
             self._give_up(node, err, halted=verdict is not None)
             return
-        self._apply_patch(node, verdict)
-        self.trace.emit("retried", node=node.id, tool=node.tool, attempt=attempt + 1)
-        self.status[node.id] = "pending"
-        if node.id in self.deps:
-            self._submit(node)
+        self._apply_patch(node, verdict, attempt)
 
-    def _apply_patch(self, node: Node, patch: Any) -> None:
+    def _apply_patch(self, node: Node, patch: Any, attempt: int) -> None:
+        """Patch the running node in place; it is resubmitted by ``_submit_ready`` as soon as
+        its (possibly rebound) inputs exist. Finished upstream results are kept."""
         from .repair import apply_patch
 
         apply_patch(node, patch, self.device_override)
+        self.repairs += 1
+        self.trace.emit("repaired", node=node.id, tool=node.tool, attempt=attempt,
+                        patch=patch.model_dump(mode="json"), message=getattr(patch, "reason", ""))
         try:
             self.deps[node.id] = node_dependencies(self.wf, node, self.case)
-        except ToolError:
-            self.deps.pop(node.id, None)
-        self.repairs += 1
-        self.trace.emit("repaired", node=node.id, tool=node.tool, attempt=self.attempts.get(node.id, 0),
-                        patch=patch.model_dump(mode="json"), message=getattr(patch, "reason", ""))
+        except ToolError as e:
+            self._give_up(node, e.with_context(node=node.id, tool=node.tool).to_dict(), halted=False)
+            return
+        self.status[node.id] = "pending"
+        self.trace.emit("retried", node=node.id, tool=node.tool, attempt=attempt + 1)
 
     def _give_up(self, node: Node, err: dict[str, Any], *, halted: bool) -> None:
         """The node failed for good: block its dependents; a required node fails the case."""

@@ -7,6 +7,7 @@ node. A Reflector that cannot be reached or that crashes is a Halt, never a cras
 from __future__ import annotations
 
 import logging
+import zlib
 from typing import Any
 
 from ..contracts.errors import ErrorCode
@@ -52,12 +53,31 @@ def bound_kinds(run: Any, node: Node) -> dict[str, str]:
     return kinds
 
 
+REFLECTOR_POOL = 2
+
+
+def _registry_for_actor(run: Any) -> dict[str, Any] | None:
+    """None when every tool of the workflow ships with bcer (the actor loads those itself);
+    else a snapshot of the registry, so unpickling it imports the plugin tools' modules in
+    the actor (they must be importable by name there, e.g. from the working directory)."""
+    from ..tools.registry import REGISTRY, load_all
+
+    load_all()
+    if all(get_tool(n.tool).fn.__module__.startswith("bcer.") for n in run.wf.nodes):
+        return None
+    return dict(REGISTRY)
+
+
 def _reflector(run: Any) -> Any:
+    """The given reflector, else a member of this run's named actor pool (get-or-create), so
+    cases of one run share a few actors and a later run starts with fresh budgets."""
     if run.reflector is None:
         try:
             from ..actors.reflector import reflector_actor
 
-            run.reflector = reflector_actor()
+            slot = zlib.crc32(run.case.id.encode()) % REFLECTOR_POOL
+            run.reflector = reflector_actor(name=f"bcer-reflector-{run.ctx.run_id}-{slot}",
+                                            registry=_registry_for_actor(run))
         except Exception:
             log.exception("no reflector available: failures of case %s are not repaired", run.case.id)
             run.reflector = False

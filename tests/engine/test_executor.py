@@ -11,6 +11,7 @@ import json
 import sys
 import time
 import uuid
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -23,8 +24,10 @@ from bcer.engine.executor import RunContext, run_case_workflow
 from bcer.engine.trace import events_table, read_events
 from bcer.tools.io import write_nifti
 
-sys.path.insert(0, str(Path(__file__).parent))
-importlib.import_module("_exec_tools")  # registers the xtoy.* tools in the driver
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # Ray workers and actors start in the repo root: same module name there
+    sys.path.insert(0, str(ROOT))
+importlib.import_module("tests.engine._exec_tools")  # registers the xtoy.* tools in the driver
 
 pytestmark = pytest.mark.timeout(90)
 AFFINE = np.diag([1.5, 1.5, 3.0, 1.0])
@@ -69,6 +72,32 @@ def intervals(evs, node=None):
     """Worker run intervals of succeeded nodes: [end - duration, end]."""
     return {(e.case, e.node): (e.time - e.duration_s, e.time) for e in evs
             if e.kind == "succeeded" and (node is None or e.node == node)}
+
+
+class Recorder:
+    """A lifecycle hook that records what it saw (keyword-only args + **future_kwargs)."""
+
+    def __init__(self):
+        self.starts, self.ends, self.cases = [], [], []
+
+    def on_case_start(self, *, case, **kw):
+        self.cases.append(("start", case))
+
+    def on_node_start(self, *, case, node, attempt, **kw):
+        self.starts.append(node)
+
+    def on_node_end(self, *, case, node, status, duration_s, error, **kw):
+        self.ends.append((node, status))
+
+    def on_case_end(self, *, case, outcome, **kw):
+        self.cases.append(("end", outcome.status))
+
+
+class BrokenHook:
+    """A hook that raises: it must be logged and ignored, never fail the case."""
+
+    def on_node_end(self, **kw):
+        raise RuntimeError("progress bar crashed")
 
 
 def test_independent_branches_overlap(ray_local, tmp_path, reflector):
@@ -143,8 +172,15 @@ def test_middle_node_failure_repaired_by_tier1_only_it_reruns(ray_local, tmp_pat
                   {"id": "n3", "tool": "xtoy.window", "args": {"img": "@node.n2.image", "window": 40}},
                   {"id": "n4", "tool": "xtoy.step", "args": {"img": "@node.n3.image"}},
                   {"id": "n5", "tool": "xtoy.measure", "args": {"img": "@node.n4.image"}})
-    outcome = run(tmp_path, case, plan, reflector)
+    calls = Recorder()
+    wf = compile_plan(plan, case)
+    rc = RunContext(run_id="repair-" + uuid.uuid4().hex[:6], output_dir=tmp_path / "out" / case.id)
+    # reflector=None: the executor gets-or-creates the run's named Reflector actor
+    outcome = run_case_workflow(wf, case, rc, reflector=None, hooks=[calls, BrokenHook()])
     assert outcome.status == "succeeded", outcome.error
+    assert ray_local.get_actor(f"bcer-reflector-{rc.run_id}-{zlib.crc32(b'c1') % 2}") is not None
+    assert calls.ends.count(("n3", "failed")) == 2 and calls.ends.count(("n3", "succeeded")) == 1
+    assert calls.starts.count("n3") == 3 and calls.cases == [("start", "c1"), ("end", "succeeded")]
     evs = events(tmp_path / "out" / "c1")
     ok = {n: sum(e.kind == "succeeded" and e.node == n for e in evs) for n in ("n1", "n2", "n3", "n4", "n5")}
     assert ok == {"n1": 1, "n2": 1, "n3": 1, "n4": 1, "n5": 1}
