@@ -4,7 +4,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bcer.contracts.artifacts import Image
 from bcer.contracts.errors import ErrorCode, ToolError
 from bcer.contracts.geometry import vox2world
 from bcer.datasets.brain import make_brain

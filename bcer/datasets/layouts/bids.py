@@ -139,7 +139,8 @@ def _write_participants(rows: list[dict[str, Any]], out: Path) -> None:
     cols = ["participant_id"]
     for r in merged.values():
         cols += [c for c in r if c not in cols]
-    lines = ["\t".join(cols)] + ["\t".join(_tsv_value(r.get(c)) for c in cols) for _, r in sorted(merged.items())]
+    lines = ["\t".join(cols)]
+    lines += ["\t".join(_tsv_value(r.get(c)) for c in cols) for _, r in sorted(merged.items())]
     atomic_write_bytes(path, ("\n".join(lines) + "\n").encode())
 
 
