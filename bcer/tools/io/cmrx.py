@@ -21,12 +21,15 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...contracts.artifacts import Cine, Image, KSpace
 from ...contracts.errors import ErrorCode, ToolError
+
+if TYPE_CHECKING:
+    import h5py
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +41,7 @@ __all__ = ["kspace_shape", "read_cmrx_kspace", "read_cmrx_mask", "write_cmrx_ksp
            "rss_image", "kspace_variable"]
 
 
-def _open(path: str | Path):
+def _open(path: str | Path) -> "h5py.File":
     import h5py
 
     path = Path(path)

@@ -23,13 +23,16 @@ import logging
 import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...contracts.artifacts import Image, KSpace
 from ...contracts.errors import ErrorCode, ToolError
 from .serialize import to_jsonable
+
+if TYPE_CHECKING:
+    import h5py
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +41,7 @@ _NS = "http://www.ismrm.org/ISMRMRD"
 __all__ = ["read_fastmri", "read_fastmri_reference", "write_fastmri", "fastmri_header", "read_sequence"]
 
 
-def _open(path: str | Path):
+def _open(path: str | Path) -> "h5py.File":
     import h5py
 
     path = Path(path)
