@@ -241,35 +241,42 @@ def _touches(blob: np.ndarray, others: np.ndarray) -> bool:
 
 def _place_lesions(rng: np.random.Generator, anat: _Anatomy, pts: np.ndarray, n: int) -> None:
     """Add ``n`` lesions whose measured side/zone are the intended ones and whose size is
-    clear of the 15 mm threshold; retried with new random designs until they are."""
+    clear of the 15 mm threshold; retried with new random designs until they are. When a
+    first, large lesion leaves no room for the next one, all are redrawn."""
     _, zones = anat.classes(pts)
-    for idx in range(n):
-        want_zone = "PZ" if rng.random() < 0.7 else "TZ"
-        want_side = str(rng.choice(["L", "R"]))
-        for _ in range(60):
-            cand = pts[(zones == (1 if want_zone == "PZ" else 2))
-                       & ((pts[..., 0] - 0.0) * (1 if want_side == "R" else -1) > 4.0)]
-            if len(cand) == 0:
-                break
-            center = cand[rng.integers(len(cand))]
-            diam = rng.uniform(19, 24) if rng.random() < 0.35 else rng.uniform(7, 12)
-            semi = diam / 2 * np.array([1.0, rng.uniform(0.75, 1.0), rng.uniform(0.75, 1.0)])
-            adc, t2r = _lesion_design(rng, want_zone)
-            les = _Lesion(_Blob.random(rng, center, semi, 90, 0.08), adc, t2r, want_zone)
-            anat.lesions.append(les)
-            lab = anat.lesion_labels(pts, zones)
-            m = lab == idx + 1
-            size, centroid = _measure(m, pts)
-            in_zone = np.bincount(zones[m], minlength=3) if m.any() else np.zeros(3)
-            ok = (m.sum() >= 8 and not (12.5 <= size <= 17.5) and abs(centroid[0]) > 2.0
-                  and ("R" if centroid[0] > 0 else "L") == want_side
-                  and int(np.argmax(in_zone[1:])) + 1 == (1 if want_zone == "PZ" else 2)
-                  and not _touches(les.blob.inside(pts), (lab > 0) & (lab <= idx)))
-            if ok:
-                break
-            anat.lesions.pop()
-        else:
-            log.warning("could not place lesion %d (%s %s) after 60 tries", idx + 1, want_zone, want_side)
+    for _ in range(5):
+        anat.lesions.clear()
+        if all(_place_one(rng, anat, pts, zones, idx) for idx in range(n)):
+            return
+    log.warning("could only place %d of %d lesions", len(anat.lesions), n)
+
+
+def _place_one(rng: np.random.Generator, anat: _Anatomy, pts: np.ndarray, zones: np.ndarray, idx: int) -> bool:
+    for attempt in range(100):
+        if attempt % 20 == 0:  # a crowded zone/side: redraw where the lesion should go
+            want_zone = "PZ" if rng.random() < 0.7 else "TZ"
+            want_side = str(rng.choice(["L", "R"]))
+            sign = 1.0 if want_side == "R" else -1.0
+            cand = pts[(zones == (1 if want_zone == "PZ" else 2)) & (sign * pts[..., 0] > 4.0)]
+        if len(cand) == 0:
+            continue
+        center = cand[rng.integers(len(cand))]
+        diam = rng.uniform(19, 24) if rng.random() < 0.35 else rng.uniform(7, 12)
+        semi = diam / 2 * np.array([1.0, rng.uniform(0.75, 1.0), rng.uniform(0.75, 1.0)])
+        adc, t2r = _lesion_design(rng, want_zone)
+        les = _Lesion(_Blob.random(rng, center, semi, 90, 0.08), adc, t2r, want_zone)
+        anat.lesions.append(les)
+        lab = anat.lesion_labels(pts, zones)
+        m = lab == idx + 1
+        size, centroid = _measure(m, pts)
+        in_zone = np.bincount(zones[m], minlength=3) if m.any() else np.zeros(3)
+        if (m.sum() >= 8 and not (12.5 <= size <= 17.5) and abs(centroid[0]) > 2.0
+                and ("R" if centroid[0] > 0 else "L") == want_side
+                and int(np.argmax(in_zone[1:])) + 1 == (1 if want_zone == "PZ" else 2)
+                and not _touches(les.blob.inside(pts), (lab > 0) & (lab <= idx))):
+            return True
+        anat.lesions.pop()
+    return False
 
 
 def _grid(rng: np.random.Generator, name: str, size: Size, oblique: bool, center: np.ndarray):
