@@ -29,7 +29,7 @@ def _prostate_like(case_id: str, seed: int) -> Phantom:
     les = Mask((rng.random((14, 12, 8)) > 0.9).astype(np.int16), dwa, labels={1: "lesion"})
     return Phantom(case_id, "prostate", {"T2w": t2, "ADC": adc, "DWI": dwi},
                    labels={"zones": zones, "lesions_adc": les},
-                   metadata={"age": 66, "psa": 7.5}, truth={"lesions": [{"side": "L", "category": 4}]})
+                   metadata={"age": 66, "psa": 7.5, "history": "PSA\trising"}, truth={"lesions": [{"side": "L", "category": 4}]})
 
 
 def _cine_like(case_id: str) -> Phantom:
@@ -82,7 +82,8 @@ def test_prostate_and_cine_round_trip(tmp_path):
     assert set(pc.sequences) == {"T2w", "ADC", "DWI"}
     assert pc.sequences["DWI"].path.endswith("dwi/sub-pros7_acq-highb_dwi.nii.gz")
     assert (tmp_path / "sub-pros7" / "dwi" / "sub-pros7_acq-highb_dwi.bval").read_text().strip() == "1400"
-    assert pc.metadata == {"age": 66, "psa": 7.5}
+    assert pc.metadata == {"age": 66, "psa": 7.5, "history": "PSA rising"}
+    assert (tmp_path / "sub-pros7" / "truth" / "sub-pros7_desc-lesionsadc_dseg.nii.gz").is_file()
     for name, ref in pc.sequences.items():
         img = load_sequence(ref)
         assert np.array_equal(img.data, ph.sequences[name].data)

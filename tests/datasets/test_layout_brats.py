@@ -111,6 +111,9 @@ def test_reads_real_layout_with_grade_folders_and_survival(tmp_path):
     seg = hgg.ground_truth["labels"]["seg"]
     assert seg["kind"] == "mask" and seg["options"]["labels"]["4"] == "enhancing"
     assert hgg.sequences["T1c"].path.endswith("_t1ce.nii.gz")
+    # pointed at one case folder, the reader still finds grade and survival row
+    (single,) = brats.read(tmp_path / "HGG" / "Brats18_2013_2_1")
+    assert single.model_dump() == hgg.model_dump()
 
 
 def _err(fn) -> ToolError:

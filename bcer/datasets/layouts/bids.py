@@ -110,16 +110,21 @@ def _write_subject(p: Phantom, out: Path) -> dict[str, Any]:
             bval = art.meta.get("b_value", p.metadata.get("b_value", p.truth.get("b_value")))
             if bval is not None:
                 atomic_write_bytes(d / folder / f"{sub}_{suffix}.bval", f"{float(bval):g}\n".encode())
-    labels = {n: write_volume(m, d / "truth" / f"{sub}_desc-{n}_dseg.nii.gz") for n, m in p.labels.items()}
+    labels = {n: write_volume(m, d / "truth" / f"{sub}_desc-{_alnum(n)}_dseg.nii.gz")
+              for n, m in p.labels.items()}
     refs = {}
     for seq, img in p.references.items():
         if seq in written and np.array_equal(np.asarray(img.data), np.asarray(p.sequences[seq].data)):
             refs[seq] = ref_for(written[seq].resolve(), img)
         else:
-            tag = re.sub(r"[^A-Za-z0-9]", "", seq)
-            refs[seq] = write_volume(img, d / "truth" / f"{sub}_desc-clean{tag}_ref.nii.gz")
+            refs[seq] = write_volume(img, d / "truth" / f"{sub}_desc-clean{_alnum(seq)}_ref.nii.gz")
     write_truth(d, p, labels, refs)
     return {"participant_id": sub, **{k: v for k, v in p.metadata.items() if _scalar(v)}}
+
+
+def _alnum(name: str) -> str:
+    """BIDS entity values are alphanumeric: ``lesions_adc`` -> ``lesionsadc``."""
+    return re.sub(r"[^A-Za-z0-9]", "", str(name)) or "x"
 
 
 def _scalar(v: Any) -> bool:
@@ -129,7 +134,8 @@ def _scalar(v: Any) -> bool:
 def _tsv_value(v: Any) -> str:
     if v is None or (isinstance(v, float) and not np.isfinite(v)):
         return "n/a"
-    return str(v.item() if isinstance(v, np.generic) else v)
+    # tabs and newlines would break the TSV row
+    return re.sub(r"[\t\r\n]+", " ", str(v.item() if isinstance(v, np.generic) else v))
 
 
 def _write_participants(rows: list[dict[str, Any]], out: Path) -> None:

@@ -42,6 +42,8 @@ def case_dirs(root: Path) -> list[tuple[Path, str | None]]:
     """Case folders under ``root`` (directly or in HGG/LGG), each with the grade its parent
     folder states (None when flat)."""
     root = Path(root)
+    if _is_case_dir(root):  # pointed at one case folder
+        return [(root, root.parent.name if root.parent.name in _GRADE_DIRS else None)]
     found: list[tuple[Path, str | None]] = []
     for d in sorted(p for p in root.iterdir() if p.is_dir()):
         if d.name in _GRADE_DIRS:
@@ -163,5 +165,8 @@ def read(root: Path) -> list[Case]:
     if not dirs:
         raise ToolError(ErrorCode.input_missing, f"no BraTS case folders under {root}",
                         hint="expected Brats18_<ID>/Brats18_<ID>_t1.nii.gz ...", file=str(root))
-    survival = _survival(root)
+    top = root
+    if _is_case_dir(root):  # the csv sits at the dataset root, above HGG/ and LGG/
+        top = root.parent.parent if root.parent.name in _GRADE_DIRS else root.parent
+    survival = _survival(top)
     return [_read_case(d, grade, survival) for d, grade in dirs]
