@@ -1,0 +1,200 @@
+"""Cardiac phase detection (``cardiac.ed_es``) and the short-axis geometry it shares with
+``quant.cardiac_function``: per-frame volumes, wall thickness and regional wall thickening.
+
+Conventions: label cines are ``Mask`` (X, Y, Z, T) with ACDC labels 1 RV, 2 MYO, 3 LV; the
+stack's third array axis runs across short-axis slices, so "in-plane" means array axes 0-1
+(their spacing may differ, and every distance here is in mm through the affine's spacing).
+End-diastole (ED) is the frame of largest LV cavity volume, end-systole (ES) the smallest.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+from scipy import ndimage
+
+from ..contracts.artifacts import Cine, Mask, Table
+from ..contracts.errors import ErrorCode, ToolError
+from ._checks import require_ndim, require_nonempty, require_same_grid
+from .registry import tool
+
+log = logging.getLogger(__name__)
+
+RV, MYO, LV = 1, 2, 3
+
+
+class EdEsParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ed_frame: int | None = Field(None, ge=0, le=999,
+                                 description="end-diastolic frame from metadata (e.g. ACDC Info.cfg); "
+                                             "None: the frame of largest LV volume")
+    es_frame: int | None = Field(None, ge=0, le=999,
+                                 description="end-systolic frame from metadata; None: the frame of "
+                                             "smallest LV volume")
+
+
+def label_cine(labels: Mask, name: str = "labels") -> np.ndarray:
+    """The (X, Y, Z, T) integer array of a cardiac label cine, checked."""
+    require_ndim(labels, 4, name)
+    data = np.asarray(labels.data)
+    if not np.issubdtype(data.dtype, np.integer):
+        if not np.all(np.isfinite(data)):
+            raise ToolError(ErrorCode.numeric, f"label cine {name!r} has NaN/Inf values", arg=name)
+        data = np.rint(data).astype(np.int16)
+    require_nonempty(labels, name, LV)
+    return data
+
+
+def volume_curves(data: np.ndarray, voxel_ml: float) -> dict[str, np.ndarray]:
+    """Per-frame cavity and myocardium volumes (mL) of an (X, Y, Z, T) label cine."""
+    return {name: np.count_nonzero(data == lab, axis=(0, 1, 2)) * voxel_ml
+            for name, lab in (("lv", LV), ("rv", RV), ("myo", MYO))}
+
+
+def _check_frame(value: int | None, n_frames: int, arg: str) -> None:
+    if value is not None and value >= n_frames:
+        raise ToolError(ErrorCode.value_range, f"{arg}={value} but the cine has {n_frames} frames "
+                        f"(0..{n_frames - 1})", arg=arg)
+
+
+@tool("cardiac.ed_es", version="1.0", milestone="phase_detection", resources={"num_cpus": 1, "memory_mb": 512},
+      output="phases")
+def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
+    """End-diastolic and end-systolic frames from the LV volume curve (or from metadata).
+
+    ED/ES are the frames of largest/smallest LV (label 3) volume, unless ``ed_frame``/``es_frame``
+    are given (e.g. bound to ``@case.ed_frame`` from an ACDC ``Info.cfg``); then those are used
+    and the table says so (``source``) and whether the volume curve agrees.
+
+    Args:
+        labels: per-frame labels (X, Y, Z, T), 1 RV, 2 MYO, 3 LV.
+        params: optional ED/ES frames from metadata.
+        cine: the image cine, optional; when given it must be on the labels' grid and frames.
+
+    Returns:
+        One-row Table: ``ed_frame``, ``es_frame``, ``n_frames``, ``source``, the LV and RV volume
+        curves (lists, mL) and the LV volumes at ED/ES.
+
+    Raises:
+        ToolError: ``shape`` (not 4-D, cine off-grid or other frame count), ``value_range``
+            (no LV voxels, frame index past the last frame).
+    """
+    data = label_cine(labels)
+    n = int(data.shape[3])
+    if cine is not None:
+        require_ndim(cine, 4, "cine")
+        require_same_grid(labels, cine, "labels", "cine")
+        if int(np.shape(cine.data)[3]) != n:
+            raise ToolError(ErrorCode.shape, f"cine has {np.shape(cine.data)[3]} frames, labels {n}", arg="cine")
+    curves = volume_curves(data, labels.voxel_volume_ml)
+    lv = curves["lv"]
+    auto_ed, auto_es = int(np.argmax(lv)), int(np.argmin(lv))
+    _check_frame(params.ed_frame, n, "ed_frame")
+    _check_frame(params.es_frame, n, "es_frame")
+    ed = auto_ed if params.ed_frame is None else params.ed_frame
+    es = auto_es if params.es_frame is None else params.es_frame
+    given = params.ed_frame is not None or params.es_frame is not None
+    row = {"ed_frame": ed, "es_frame": es, "n_frames": n,
+           "source": "metadata" if given else "lv_volume_curve",
+           "lv_volume_ed_ml": float(lv[ed]), "lv_volume_es_ml": float(lv[es]),
+           "lv_volume_curve_ml": [round(float(v), 4) for v in lv],
+           "rv_volume_curve_ml": [round(float(v), 4) for v in curves["rv"]]}
+    meta = {"method": "argmax/argmin LV volume", "curve_ed_frame": auto_ed, "curve_es_frame": auto_es,
+            "agrees_with_curve": (ed, es) == (auto_ed, auto_es)}
+    if given and not meta["agrees_with_curve"]:
+        log.info("cardiac.ed_es: metadata frames (%d, %d) differ from the LV curve (%d, %d)", ed, es, auto_ed, auto_es)
+    units = {"lv_volume_ed_ml": "mL", "lv_volume_es_ml": "mL", "lv_volume_curve_ml": "mL",
+             "rv_volume_curve_ml": "mL", "ed_frame": "frame", "es_frame": "frame", "n_frames": "frames"}
+    return Table([row], units, name="phases", meta=meta)
+
+
+# --- short-axis wall geometry (used by quant.cardiac_function) -----------------------------
+
+
+@dataclass(frozen=True)
+class WallSample:
+    """Wall thickness (mm) along rays from the LV centre of each slice: ``thickness[k, r]``
+    for slice ``k`` and ray ``r`` (NaN where the ray meets no myocardium)."""
+
+    thickness: np.ndarray
+    angles_deg: np.ndarray
+
+
+def max_wall_thickness_mm(lv: np.ndarray, myo: np.ndarray, spacing_xy: tuple[float, float]) -> float:
+    """Largest in-plane distance (mm) from a myocardial voxel to the LV cavity over slices.
+
+    Per slice with cavity, the Euclidean distance transform of the non-cavity region (with the
+    in-plane spacing) gives each myocardial voxel's distance to the endocardium; the largest
+    is the thickest wall. Slices without cavity (apical cap) have no defined thickness.
+    """
+    best = 0.0
+    for k in range(lv.shape[2]):
+        if not lv[..., k].any() or not myo[..., k].any():
+            continue
+        dist = ndimage.distance_transform_edt(~lv[..., k], sampling=spacing_xy)
+        best = max(best, float(dist[myo[..., k]].max()))
+    return best
+
+
+def ray_wall_thickness(lab: np.ndarray, spacing_xy: tuple[float, float], n_rays: int = 72,
+                       step_mm: float = 0.25, reach_mm: float = 60.0) -> WallSample:
+    """Myocardial wall thickness along ``n_rays`` in-plane rays from each slice's LV centroid.
+
+    Rays are traced in mm (so anisotropic in-plane spacing is honoured) and sampled by nearest
+    voxel every ``step_mm``: the thickness is the length of the first myocardial run met after
+    leaving the cavity. Angle 0 is array axis 0; sectors built from these angles are consistent
+    between frames of the same stack, which is what regional thickening compares.
+    """
+    sx, sy = spacing_xy
+    angles = np.arange(n_rays) * 360.0 / n_rays
+    radii = np.arange(0.0, reach_mm, step_mm)
+    dirs = np.stack([np.cos(np.deg2rad(angles)), np.sin(np.deg2rad(angles))], axis=1)
+    out = np.full((lab.shape[2], n_rays), np.nan)
+    for k in range(lab.shape[2]):
+        sl = lab[..., k]
+        if not (sl == LV).any() or not (sl == MYO).any():
+            continue
+        ci, cj = ndimage.center_of_mass(sl == LV)
+        pi = np.rint(ci + radii[None, :] * dirs[:, :1] / sx).astype(int)
+        pj = np.rint(cj + radii[None, :] * dirs[:, 1:] / sy).astype(int)
+        inside = (pi >= 0) & (pi < sl.shape[0]) & (pj >= 0) & (pj < sl.shape[1])
+        vals = np.where(inside, sl[np.clip(pi, 0, sl.shape[0] - 1), np.clip(pj, 0, sl.shape[1] - 1)], 0)
+        for r in range(n_rays):
+            out[k, r] = _first_run(vals[r] == MYO) * step_mm
+    out[out == 0] = np.nan
+    return WallSample(out, angles)
+
+
+def _first_run(myo: np.ndarray) -> int:
+    """Length (samples) of the first myocardial run along a ray."""
+    idx = np.flatnonzero(myo)
+    if idx.size == 0:
+        return 0
+    after = np.flatnonzero(~myo[idx[0]:])
+    return int(after[0]) if after.size else int(myo.size - idx[0])
+
+
+def regional_thickening(ed_lab: np.ndarray, es_lab: np.ndarray, spacing_xy: tuple[float, float],
+                        n_sectors: int = 6) -> list[dict[str, float]]:
+    """Per-slice, per-sector wall thickness at ED and ES and systolic thickening (%).
+
+    Only slices with cavity and myocardium at both phases are used (basal slices the base
+    leaves in systole and the apical cap have no defined regional thickening).
+    """
+    ed, es = ray_wall_thickness(ed_lab, spacing_xy), ray_wall_thickness(es_lab, spacing_xy)
+    per = ed.thickness.shape[1] // n_sectors
+    rows = []
+    for k in range(ed_lab.shape[2]):
+        if np.isnan(ed.thickness[k]).all() or np.isnan(es.thickness[k]).all():
+            continue
+        for s in range(n_sectors):
+            t_ed = ed.thickness[k, s * per:(s + 1) * per]
+            t_es = es.thickness[k, s * per:(s + 1) * per]
+            if np.isnan(t_ed).mean() > 0.5 or np.isnan(t_es).mean() > 0.5:
+                continue
+            a, b = float(np.nanmean(t_ed)), float(np.nanmean(t_es))
+            rows.append({"slice": k, "sector": s, "wall_ed_mm": a, "wall_es_mm": b,
+                         "thickening_pct": 100.0 * (b - a) / a})
+    return rows

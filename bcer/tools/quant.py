@@ -1,0 +1,255 @@
+"""Quantification: ROI statistics and features, and cardiac function from label cines.
+
+Every length is in world millimetres (through the affine, so oblique and anisotropic grids
+measure correctly), every volume in mL (voxel count x voxel volume), centroids in RAS+ mm.
+Tables put one ROI per row (``quant.roi_*``) or one case per row (``quant.cardiac_function``)
+with the unit of every numeric column in ``Table.units``.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+from scipy.spatial import ConvexHull, QhullError
+from scipy.spatial.distance import pdist
+
+from ..contracts.artifacts import Image, Mask, Table
+from ..contracts.errors import ErrorCode, ToolError
+from ..contracts.geometry import vox2world
+from ._checks import require_ndim, require_nonempty, require_same_grid, require_volume
+from .cardiac import LV, MYO, RV, label_cine, max_wall_thickness_mm, regional_thickening, volume_curves
+from .registry import tool
+
+log = logging.getLogger(__name__)
+
+MYO_DENSITY_G_ML = 1.05
+
+
+class RoiStatsParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    labels: list[int] | None = Field(None, description="label values to measure; None: every non-zero label present")
+
+
+class RoiFeaturesParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    labels: list[int] | None = Field(None, description="label values to measure; None: every non-zero label present")
+    composites: dict[str, list[int]] = Field(
+        default_factory=dict, description="extra ROIs made of several labels, e.g. BraTS "
+                                          "{'WT': [1, 2, 4], 'TC': [1, 4], 'ET': [4]}")
+
+
+class CardiacFunctionParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    height_cm: float | None = Field(None, ge=40.0, le=250.0, description="body height (cm), bound to @case.height")
+    weight_kg: float | None = Field(None, ge=2.0, le=400.0, description="body weight (kg), bound to @case.weight")
+    n_sectors: int = Field(6, ge=4, le=12, description="circumferential sectors per slice for regional thickening")
+    akinesia_thickening_pct: float = Field(
+        10.0, ge=0.0, le=50.0, description="a segment thickening less than this (%) in systole is akinetic")
+    thinning_ratio: float = Field(
+        0.75, gt=0.0, le=1.0, description="an akinetic segment also thinner than this x the median ED wall "
+                                          "counts as abnormal (scar), not just hypokinetic")
+
+
+def _intensity_unit(image: Image) -> str:
+    return str(image.meta.get("units", "a.u."))
+
+
+def _roi_masks(mask: np.ndarray, names: dict[int, str], labels: list[int] | None,
+               composites: dict[str, list[int]]) -> list[tuple[str, list[int], np.ndarray]]:
+    present = [int(v) for v in np.unique(mask) if v != 0]
+    wanted = present if labels is None else [int(v) for v in labels]
+    rois = [(names.get(v, f"label_{v}"), [v], mask == v) for v in wanted]
+    rois += [(name, [int(v) for v in vals], np.isin(mask, vals)) for name, vals in composites.items()]
+    empty = [name for name, _, m in rois if not m.any()]
+    if not rois or (labels is not None and empty):
+        raise ToolError(ErrorCode.value_range, f"mask has no voxels for ROI(s) {empty or 'any'}; labels "
+                        f"present: {present}", arg="mask")
+    return rois
+
+
+def _inputs(image: Image, mask: Mask) -> tuple[np.ndarray, np.ndarray]:
+    data = require_volume(image, "image")
+    require_ndim(mask, 3, "mask")
+    require_same_grid(image, mask, "image", "mask")
+    require_nonempty(mask, "mask")
+    return data, np.asarray(mask.data)
+
+
+def max_diameter_mm(ijk: np.ndarray, affine: np.ndarray) -> float:
+    """Largest distance (mm) between two voxel centres of a region given as voxel indices (N, 3).
+
+    The farthest pair lies on the convex hull, so only hull vertices are compared.
+    """
+    pts = vox2world(affine, ijk)
+    if len(pts) < 2:
+        return 0.0
+    try:
+        pts = pts[ConvexHull(pts).vertices]
+    except (QhullError, ValueError):  # flat or tiny sets: compare every point (few of them)
+        if len(pts) > 4000:
+            pts = pts[np.unique(np.concatenate([pts.argmin(0), pts.argmax(0)]))]
+    return float(pdist(pts).max())
+
+
+@tool("quant.roi_stats", version="1.0", milestone="quantification", resources={"num_cpus": 1, "memory_mb": 512},
+      output="table")
+def roi_stats(image: Image, mask: Mask, params: RoiStatsParams) -> Table:
+    """Per-label volume (mL) and intensity mean/std/min/max of an image inside a label mask.
+
+    Returns:
+        Table with one row per label: ``roi``, ``label``, ``voxels``, ``volume_ml``, ``mean``,
+        ``std``, ``min``, ``max``.
+
+    Raises:
+        ToolError: ``shape`` (not 3-D, off-grid), ``numeric`` (NaN/Inf), ``value_range``
+            (empty mask or a requested label absent).
+    """
+    data, lab = _inputs(image, mask)
+    vox = mask.voxel_volume_ml
+    rows = []
+    for name, vals, m in _roi_masks(lab, mask.labels, params.labels, {}):
+        v = data[m].astype(np.float64)
+        rows.append({"roi": name, "label": vals[0], "voxels": int(m.sum()), "volume_ml": float(m.sum() * vox),
+                     "mean": float(v.mean()), "std": float(v.std()), "min": float(v.min()), "max": float(v.max())})
+    u = _intensity_unit(image)
+    return Table(rows, {"volume_ml": "mL", "voxels": "voxels", "mean": u, "std": u, "min": u, "max": u},
+                 name="roi_stats", meta={"method": "label counts x voxel volume", "voxel_ml": vox})
+
+
+@tool("quant.roi_features", version="1.0", milestone="quantification",
+      resources={"num_cpus": 1, "memory_mb": 1024}, output="features")
+def roi_features(image: Image, mask: Mask, params: RoiFeaturesParams) -> Table:
+    """Per-ROI features: volume, intensity distribution, largest 3-D diameter, centroid and side.
+
+    Args:
+        image: intensities to summarise (on the mask's grid).
+        mask: integer labels; ``mask.labels`` names the rows.
+        params: which labels, plus composite ROIs built from several labels.
+
+    Returns:
+        Table, one row per ROI: ``roi``, ``labels``, ``volume_ml``, ``mean``, ``median``, ``std``,
+        ``p10``, ``p90``, ``max_diameter_mm`` (largest distance between voxel centres, world mm),
+        ``centroid_x/y/z`` (RAS mm), ``side`` ("R" if the centroid's RAS x > 0, else "L").
+
+    Raises:
+        ToolError: ``shape``, ``numeric``, ``value_range`` as ``quant.roi_stats``.
+    """
+    data, lab = _inputs(image, mask)
+    vox = mask.voxel_volume_ml
+    rows = []
+    for name, vals, m in _roi_masks(lab, mask.labels, params.labels, params.composites):
+        if not m.any():
+            continue
+        ijk = np.argwhere(m)
+        v = data[m].astype(np.float64)
+        centroid = vox2world(mask.affine, ijk.mean(axis=0))
+        p10, med, p90 = np.percentile(v, [10, 50, 90])
+        rows.append({"roi": name, "labels": vals, "volume_ml": float(len(ijk) * vox), "mean": float(v.mean()),
+                     "median": float(med), "std": float(v.std()), "p10": float(p10), "p90": float(p90),
+                     "max_diameter_mm": max_diameter_mm(ijk, mask.affine),
+                     "centroid_x": float(centroid[0]), "centroid_y": float(centroid[1]),
+                     "centroid_z": float(centroid[2]), "side": "R" if centroid[0] > 0 else "L"})
+    u = _intensity_unit(image)
+    units = {"volume_ml": "mL", "max_diameter_mm": "mm", "centroid_x": "mm", "centroid_y": "mm",
+             "centroid_z": "mm", **{k: u for k in ("mean", "median", "std", "p10", "p90")}}
+    return Table(rows, units, name="roi_features",
+                 meta={"method": "voxel counts; convex-hull diameter in world mm; RAS centroid",
+                       "image_sequence": image.meta.get("sequence", "")})
+
+
+def _frames(phases: Table | None, lv_curve: np.ndarray) -> tuple[int, int, str]:
+    if phases is None:
+        return int(np.argmax(lv_curve)), int(np.argmin(lv_curve)), "lv_volume_curve"
+    if not phases.rows or "ed_frame" not in phases.rows[0] or "es_frame" not in phases.rows[0]:
+        raise ToolError(ErrorCode.schema, "phases table needs ed_frame and es_frame (cardiac.ed_es output)",
+                        arg="phases")
+    ed, es = int(phases.rows[0]["ed_frame"]), int(phases.rows[0]["es_frame"])
+    for arg, f in (("ed_frame", ed), ("es_frame", es)):
+        if not 0 <= f < len(lv_curve):
+            raise ToolError(ErrorCode.value_range, f"phases {arg}={f} outside the {len(lv_curve)} frames",
+                            arg="phases")
+    return ed, es, "phases"
+
+
+def _ef(edv: float, esv: float) -> float:
+    return 100.0 * (edv - esv) / edv if edv > 0 else 0.0
+
+
+def _regional(ed_lab: np.ndarray, es_lab: np.ndarray, spacing_xy: tuple[float, float],
+              p: CardiacFunctionParams) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    rows = regional_thickening(ed_lab, es_lab, spacing_xy, p.n_sectors)
+    if not rows:
+        return {"n_segments": 0, "n_abnormal_segments": 0, "median_segment_thickening_pct": float("nan"),
+                "min_segment_thickening_pct": float("nan")}, rows
+    wall = np.array([r["wall_ed_mm"] for r in rows])
+    thick = np.array([r["thickening_pct"] for r in rows])
+    abnormal = (thick < p.akinesia_thickening_pct) & (wall < p.thinning_ratio * np.median(wall))
+    for r, a in zip(rows, abnormal):
+        r["abnormal"] = bool(a)
+    return {"n_segments": len(rows), "n_abnormal_segments": int(abnormal.sum()),
+            "median_segment_thickening_pct": float(np.median(thick)),
+            "min_segment_thickening_pct": float(thick.min())}, rows
+
+
+_FUNCTION_UNITS = {
+    "lv_edv_ml": "mL", "lv_esv_ml": "mL", "lv_sv_ml": "mL", "lv_ef_pct": "%", "rv_edv_ml": "mL", "rv_esv_ml": "mL",
+    "rv_sv_ml": "mL", "rv_ef_pct": "%", "myo_volume_ml": "mL", "myo_mass_g": "g", "max_wall_thickness_mm": "mm",
+    "bsa_m2": "m2", "lv_edvi_ml_m2": "mL/m2", "lv_esvi_ml_m2": "mL/m2", "rv_edvi_ml_m2": "mL/m2",
+    "rv_esvi_ml_m2": "mL/m2", "lv_mass_index_g_m2": "g/m2", "median_segment_thickening_pct": "%",
+    "min_segment_thickening_pct": "%", "n_abnormal_segments": "segments", "n_segments": "segments",
+    "ed_frame": "frame", "es_frame": "frame", "height_cm": "cm", "weight_kg": "kg"}
+
+
+@tool("quant.cardiac_function", version="1.0", milestone="quantification",
+      resources={"num_cpus": 1, "memory_mb": 1024}, output="function")
+def cardiac_function(labels: Mask, params: CardiacFunctionParams, phases: Table | None = None) -> Table:
+    """LV/RV volumes and ejection fractions, myocardial mass, wall thickness, BSA-indexed values
+    and regional wall thickening from a short-axis label cine.
+
+    Volumes are label counts x voxel volume at ED/ES (from ``phases``, else the LV curve's
+    max/min); mass = myocardial volume at ED x 1.05 g/mL; maximal wall thickness at ED by the
+    in-plane distance transform to the cavity (mm); BSA by Mosteller from ``height_cm`` and
+    ``weight_kg`` (indexed values are left out without them). Regional function: per slice and
+    sector, ray-cast wall thickness at ED and ES; a segment is abnormal when it thickens less
+    than ``akinesia_thickening_pct`` and is thinner than ``thinning_ratio`` x the median wall
+    (the per-segment list is in ``meta["regional"]``).
+
+    Returns:
+        One-row Table (see ``Table.units`` for every column's unit).
+
+    Raises:
+        ToolError: ``shape`` (not (X,Y,Z,T)), ``value_range`` (no LV, frames out of range),
+            ``schema`` (phases table without ed_frame/es_frame).
+    """
+    data = label_cine(labels)
+    vox = labels.voxel_volume_ml
+    curves = volume_curves(data, vox)
+    ed, es, source = _frames(phases, curves["lv"])
+    sx, sy, _ = labels.spacing
+    ed_lab, es_lab = data[..., ed], data[..., es]
+    row: dict[str, Any] = {"ed_frame": ed, "es_frame": es}
+    for side, curve in (("lv", curves["lv"]), ("rv", curves["rv"])):
+        edv, esv = float(curve[ed]), float(curve[es])
+        row.update({f"{side}_edv_ml": edv, f"{side}_esv_ml": esv, f"{side}_sv_ml": edv - esv,
+                    f"{side}_ef_pct": _ef(edv, esv)})
+    row["myo_volume_ml"] = float(curves["myo"][ed])
+    row["myo_mass_g"] = row["myo_volume_ml"] * MYO_DENSITY_G_ML
+    row["max_wall_thickness_mm"] = max_wall_thickness_mm(ed_lab == LV, ed_lab == MYO, (sx, sy))
+    if params.height_cm is not None and params.weight_kg is not None:
+        bsa = float(np.sqrt(params.height_cm * params.weight_kg / 3600.0))
+        row.update(height_cm=params.height_cm, weight_kg=params.weight_kg, bsa_m2=bsa,
+                   lv_edvi_ml_m2=row["lv_edv_ml"] / bsa, lv_esvi_ml_m2=row["lv_esv_ml"] / bsa,
+                   rv_edvi_ml_m2=row["rv_edv_ml"] / bsa, rv_esvi_ml_m2=row["rv_esv_ml"] / bsa,
+                   lv_mass_index_g_m2=row["myo_mass_g"] / bsa)
+    else:
+        log.info("quant.cardiac_function: no height/weight, BSA-indexed values left out")
+    summary, regional = _regional(ed_lab, es_lab, (sx, sy), params)
+    row.update(summary)
+    if row["rv_edv_ml"] == 0:
+        log.info("quant.cardiac_function: no RV voxels (label %d) at ED", RV)
+    meta = {"method": "label counts x voxel volume; Mosteller BSA; EDT wall thickness; ray-cast regional",
+            "frames_from": source, "myo_density_g_ml": MYO_DENSITY_G_ML, "regional": regional}
+    units = {k: v for k, v in _FUNCTION_UNITS.items() if k in row}
+    return Table([row], units, name="cardiac_function", meta=meta)
