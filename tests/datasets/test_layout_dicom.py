@@ -152,3 +152,11 @@ def test_truncated_file_in_a_case_is_a_schema_error(written, tmp_path):
     with pytest.raises(ToolError) as e:
         load_sequence(ref)
     assert e.value.code is ErrorCode.schema and e.value.context["file"].endswith(src[3].name)
+
+
+def test_single_case_exported_straight_into_root(tmp_path):
+    img = Image(np.ones((3, 4, 2), np.float32), np.diag([1.0, 1.0, 5.0, 1.0]))
+    write_series(img, tmp_path / "case9", "AX_DIFFUSION_CALC_BVAL")
+    assert layout.detect(tmp_path / "case9") and layout.detect(tmp_path)  # as one case, or a folder of cases
+    (case,) = layout.read(tmp_path / "case9")
+    assert case.id == "case9" and set(case.sequences) == {"DWI"}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import re
+from itertools import islice
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -52,26 +53,26 @@ def _has_dicom_magic(path: Path) -> bool:
 
 
 def _holds_dicom(folder: Path) -> bool:
-    for i, p in enumerate(q for q in folder.rglob("*") if q.is_file()):
-        if i >= _MAX_PROBE:
-            return False
-        if _has_dicom_magic(p):
-            return True
-    return False
+    files = (q for q in folder.rglob("*") if q.is_file() and not q.name.startswith("."))
+    return any(_has_dicom_magic(p) for p in islice(files, _MAX_PROBE))
 
 
-def _case_dirs(root: Path) -> list[Path]:
+def _case_dirs(root: Path, limit: int | None = None) -> list[Path]:
+    """Sub-folders holding DICOM files (only the first ``limit`` are probed), or ``[root]``
+    when the files of a single case sit directly in ``root``."""
     subs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-    found = [d for d in subs if _holds_dicom(d)]
-    if not found and any(_has_dicom_magic(p) for p in root.iterdir() if p.is_file()):
-        return [root]  # a single case exported straight into root
+    found = [d for d in subs[:limit] if _holds_dicom(d)]
+    if not found and any(_has_dicom_magic(p) for p in islice((q for q in root.iterdir() if q.is_file()),
+                                                             _MAX_PROBE)):
+        return [root]
     return found
 
 
 def detect(root: Path) -> bool:
-    """True when ``root`` holds case folders with DICOM Part-10 files (the 'DICM' marker)."""
+    """True when ``root`` holds case folders with DICOM Part-10 files (the 'DICM' marker);
+    looks at a few folders and files only, so it stays fast on large datasets."""
     root = Path(root)
-    return root.is_dir() and bool(_case_dirs(root))
+    return root.is_dir() and bool(_case_dirs(root, limit=8))
 
 
 def _canonical_prefix(text: str) -> str | None:
