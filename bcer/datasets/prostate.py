@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 from scipy import ndimage
-from scipy.spatial import ConvexHull
+from scipy.spatial import ConvexHull, QhullError
 from scipy.spatial.distance import pdist
 from scipy.spatial.transform import Rotation
 
@@ -228,7 +228,7 @@ def _measure(mask: np.ndarray, pts: np.ndarray) -> tuple[float, np.ndarray]:
         return 0.0, p.mean(axis=0) if len(p) else np.zeros(3)
     try:
         hull = p[ConvexHull(p).vertices]
-    except Exception:  # flat or tiny sets: the hull is undefined, use every point
+    except QhullError:  # flat or tiny sets (e.g. one slice): no 3-D hull, use every point
         hull = p
     return float(pdist(hull).max()), p.mean(axis=0)
 
