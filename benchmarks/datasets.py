@@ -92,6 +92,19 @@ def run_one(domain: str, size: str, n: int, seed: int) -> dict[str, Any]:
     return row
 
 
+def _save(path: Path, row: dict[str, Any], args: argparse.Namespace) -> None:
+    """Merge ``row`` into the results file, replacing an earlier row of the same domain+size."""
+    doc = json.loads(path.read_text()) if path.exists() else {}
+    rows = [r for r in doc.get("results", []) if (r["domain"], r["size"]) != (row["domain"], row["size"])]
+    row = {**row, "seed": args.seed, "machine": {
+        "platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
+        "omp_threads": os.environ.get("OMP_NUM_THREADS"), "load_avg_1m": round(os.getloadavg()[0], 2)}}
+    rows.append(row)
+    rows.sort(key=lambda r: (r["domain"], r["size"]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"benchmark": "datasets", "results": rows}, indent=2) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--domains", nargs="+", default=["brain", "cardiac", "prostate"])
@@ -103,14 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     sizes = [args.size] if args.size else args.sizes
-    rows = [run_one(d, s, args.n, args.seed) for d in args.domains for s in sizes]
-    out = {"benchmark": "datasets", "n_cases": args.n, "seed": args.seed,
-           "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                       "cpus": os.cpu_count(), "omp_threads": os.environ.get("OMP_NUM_THREADS")},
-           "results": rows}
     path = Path(args.out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=2) + "\n")
+    rows = []
+    for d in args.domains:
+        for s in sizes:
+            rows.append(run_one(d, s, args.n, args.seed))
+            _save(path, rows[-1], args)  # after each row: a long run that is cut keeps its results
     log.info("wrote %s", path)
     return 0 if all(r.get("status") == "ok" or str(r.get("status", "")).startswith("skipped")
                     for r in rows) else 1
