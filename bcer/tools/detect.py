@@ -1,0 +1,233 @@
+"""Prostate lesion detection from diffusion (``detect.prostate_lesions``).
+
+Where detection runs: on the ADC series' own grid. Its voxels hold unmixed tissue values, so
+a lesion's ADC is read without the partial-volume blur a resampling onto the finer T2w grid
+would add (that blur pushes small lesions' ADC across the PI-RADS 850 threshold). The gland
+and zone masks live on the T2w grid; they are carried onto the ADC grid by nearest neighbour
+through ``transform`` (ITK direction, fixed=T2w -> moving=ADC, as ``register.rigid`` returns),
+and each lesion found is carried back to the T2w grid by linear interpolation of its
+indicator (the 0.5 iso-surface), where its boxes, size, zone, side and T2w ratio are measured.
+
+Ports chain either way a planner builds them:
+``register.rigid(fixed=t2w, moving=adc) -> detect(adc=@seq.ADC, dwi=@seq.DWI, transform=...)``
+(preferred), or ``register.apply`` of ADC and DWI onto the T2w grid first and no transform.
+Without a transform the series are taken as aligned in world space (their affines).
+
+Rule: a voxel is a candidate when it lies in the gland, its ADC is below the lowest normal
+zone median by a noise-scaled margin (restricted diffusion), and its high-b DWI is above
+``dwi_ratio`` x the lowest zone median (excludes fat/bone that a mask edge may touch);
+connected components of at least ``min_volume_ml`` are lesions.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+from scipy import ndimage
+
+from ..contracts.artifacts import Finding, Findings, Image, Mask, Transform
+from ..contracts.errors import ErrorCode, ToolError
+from ..contracts.geometry import same_grid, vox2world
+from ._checks import require_ndim, require_nonempty, require_same_grid, require_volume
+from ._sitk import ras_to_transform
+from .quant import max_diameter_mm
+from .registry import tool
+from .resample import resample_onto
+
+log = logging.getLogger(__name__)
+
+ZONE_NAMES = {1: "PZ", 2: "TZ"}
+
+
+class LesionParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    adc_margin_sd: float = Field(4.0, ge=1.0, le=20.0,
+                                 description="ADC must fall this many noise SDs below the lowest zone median")
+    adc_margin_min: float = Field(40.0, ge=0.0, le=1000.0,
+                                  description="and at least this much (ADC units) below it")
+    dwi_ratio: float = Field(1.2, ge=0.5, le=5.0,
+                             description="DWI must exceed this x the lowest zone median DWI")
+    min_volume_ml: float = Field(0.05, ge=0.0, le=50.0, description="smallest lesion kept (mL)")
+    max_lesions: int = Field(5, ge=1, le=50, description="keep at most this many (largest volume first)")
+
+
+def _carry(data: np.ndarray, src_aff: np.ndarray, dst_aff: np.ndarray, dst_shape: tuple[int, ...],
+           matrix: np.ndarray, interp: str) -> np.ndarray:
+    """Sample ``data`` at the destination voxel centres; ``matrix`` maps destination world
+    points to source world points."""
+    if np.allclose(matrix, np.eye(4), atol=1e-12) and same_grid(src_aff, data.shape, dst_aff, dst_shape, 1e-6):
+        return np.asarray(data, dtype=np.float32)
+    return resample_onto(np.asarray(data, dtype=np.float32), src_aff, dst_aff, dst_shape[:3], interp,
+                         transform=ras_to_transform(matrix), default=0.0)
+
+
+def _check(adc: Image, dwi: Image, gland: Mask, zones: Mask | None, t2w: Image | None,
+           transform: Transform | None) -> np.ndarray:
+    require_volume(adc, "adc")
+    require_volume(dwi, "dwi")
+    require_same_grid(adc, dwi, "adc", "dwi")
+    require_ndim(gland, 3, "gland")
+    require_nonempty(gland, "gland")
+    for name, other in (("zones", zones), ("t2w", t2w)):
+        if other is not None:
+            require_volume(other, name) if name == "t2w" else require_ndim(other, 3, name)
+            require_same_grid(gland, other, "gland", name)
+    if transform is None:
+        return np.eye(4)
+    m = np.asarray(transform.matrix, dtype=np.float64)
+    if m.shape != (4, 4) or not np.all(np.isfinite(m)) or abs(np.linalg.det(m[:3, :3])) < 1e-9:
+        raise ToolError(ErrorCode.value_range, "transform matrix must be a finite, invertible 4x4", arg="transform")
+    return m
+
+
+def _robust(v: np.ndarray) -> tuple[float, float]:
+    med = float(np.median(v))
+    return med, float(1.4826 * np.median(np.abs(v - med)))
+
+
+def _candidates(a: np.ndarray, d: np.ndarray, gl: np.ndarray, zo: np.ndarray,
+                p: LesionParams) -> tuple[np.ndarray, dict[str, Any]]:
+    stats = {}
+    for z in (1, 2):
+        sel = gl & (zo == z)
+        if np.count_nonzero(sel) >= 20:
+            stats[ZONE_NAMES[z]] = (*_robust(a[sel]), float(np.median(d[sel])))
+    if not stats:  # no zone masks: the whole gland is the reference
+        stats["gland"] = (*_robust(a[gl]), float(np.median(d[gl])))
+    ref_adc = min(s[0] for s in stats.values())
+    sd = max(s[1] for s in stats.values())
+    adc_thr = ref_adc - max(p.adc_margin_sd * sd, p.adc_margin_min)
+    dwi_thr = p.dwi_ratio * min(s[2] for s in stats.values())
+    cand = gl & (a < adc_thr) & (d > dwi_thr)
+    # noise holes inside a lesion must not split it into pieces
+    cand = ndimage.binary_closing(cand, iterations=1) & gl
+    info = {"zone_adc_median": {k: s[0] for k, s in stats.items()}, "adc_noise_sd": sd,
+            "adc_threshold": adc_thr, "dwi_threshold": dwi_thr}
+    return cand, info
+
+
+def _box(ijk: np.ndarray) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    lo, hi = ijk.min(axis=0), ijk.max(axis=0) + 1
+    return tuple(int(x) for x in lo), tuple(int(x) for x in hi)
+
+
+def _refine_on_t2(core: np.ndarray, near: np.ndarray, t2: np.ndarray, zo_t2: np.ndarray | None,
+                  normal: dict[int, tuple[float, float]]) -> np.ndarray:
+    """The lesion's outline on the finer T2w grid: the half-way threshold between its own T2w
+    signal and the normal signal of each zone, within one ADC voxel of the diffusion outline.
+
+    The diffusion outline (``core``) is limited by the coarser ADC grid; T2w contrast (lesions
+    are T2-dark) places the border at T2w resolution. Without clear contrast (< 3 noise SDs)
+    the diffusion outline is kept.
+    """
+    lesion = float(np.median(t2[core]))
+    zmap = np.ones(t2.shape, np.int16) if zo_t2 is None else zo_t2
+    dark = np.zeros(t2.shape, dtype=bool)
+    valid = []
+    for z, (n_med, n_sd) in normal.items():
+        # a zone darker than the lesion itself (e.g. TZ next to a mildly dark PZ lesion)
+        # cannot be told apart from it on T2w: the border stays where diffusion put it there
+        if n_med - lesion >= 3.0 * n_sd:
+            valid.append(z)
+            dark |= near & (zmap == z) & (t2 < 0.5 * (lesion + n_med))
+    if not dark.any():
+        return core
+    dark |= core & ~np.isin(zmap, valid)
+    lab, n = ndimage.label(dark, structure=np.ones((3, 3, 3)))
+    hit = np.unique(lab[core & dark])
+    refined = np.isin(lab, hit[hit > 0])
+    return refined if refined.any() else core
+
+
+def _lesion(idx: int, comp_adc: np.ndarray, a: np.ndarray, adc_aff: np.ndarray, on_t2: np.ndarray,
+            gland: Mask, zo_t2: np.ndarray | None, t2: np.ndarray | None, normal_t2: dict[int, tuple[float, float]]) -> Finding | None:
+    gl = np.asarray(gland.data) > 0
+    m = (on_t2 >= 0.5) & gl
+    if not m.any():
+        return None
+    if t2 is not None and normal_t2:
+        m = _refine_on_t2(m, (on_t2 >= 0.1) & gl, t2, zo_t2, normal_t2)
+    ijk = np.argwhere(m)
+    world = vox2world(gland.affine, ijk)
+    centroid = world.mean(axis=0)
+    zone = ""
+    if zo_t2 is not None:
+        counts = np.bincount(zo_t2[m].astype(int), minlength=3)[1:3]
+        zone = ZONE_NAMES[int(np.argmax(counts)) + 1] if counts.sum() else ""
+    vals = a[comp_adc]
+    attrs: dict[str, Any] = {
+        "adc": float(np.median(vals)), "adc_mean": float(vals.mean()), "adc_min": float(vals.min()),
+        "size_mm": max_diameter_mm(ijk, gland.affine), "centroid_world": [float(c) for c in centroid],
+        "box_voxel_adc": [list(b) for b in _box(np.argwhere(comp_adc))], "grid": "gland (T2w)",
+        "volume_ml_adc": float(comp_adc.sum() * abs(np.linalg.det(adc_aff[:3, :3])) / 1000.0)}
+    zkey = {"PZ": 1, "TZ": 2}.get(zone)
+    if t2 is not None and zkey in normal_t2:
+        attrs["t2_ratio"] = float(np.median(t2[m]) / normal_t2[zkey][0])
+    box_world = (tuple(float(x) for x in world.min(axis=0)), tuple(float(x) for x in world.max(axis=0)))
+    return Finding(id=f"lesion_{idx}", label="lesion", box_voxel=_box(ijk), box_world=box_world,
+                   volume_ml=float(m.sum() * gland.voxel_volume_ml), side="R" if centroid[0] > 0 else "L",
+                   zone=zone, attributes=attrs)
+
+
+@tool("detect.prostate_lesions", version="1.0", milestone="detection", resources={"num_cpus": 1, "memory_mb": 1024},
+      output="findings")
+def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, zones: Mask | None = None,
+                     transform: Transform | None = None, t2w: Image | None = None) -> Findings:
+    """Lesion candidates inside the prostate gland from low ADC and high DWI.
+
+    Args:
+        adc: ADC map (1e-6 mm2/s), on its own grid (preferred) or already on the gland's grid.
+        dwi: high-b DWI on the ADC's grid.
+        gland: gland mask on the T2w grid (the output grid of every box).
+        params: thresholds and minimum size.
+        zones: zone mask (1 PZ, 2 TZ) on the gland's grid: per-zone references and lesion zone.
+        transform: fixed(T2w) -> moving(ADC) world matrix (``register.rigid``); None: aligned.
+        t2w: the T2w image (gland grid), for each lesion's T2w ratio to its normal zone.
+
+    Returns:
+        Findings (affine = the gland's): per lesion ``box_voxel`` (T2w grid, inclusive min,
+        exclusive max), ``box_world`` (RAS box of its voxel centres), ``volume_ml``, ``side`` (RAS
+        x of the centroid), ``zone``, attributes ``adc`` (median, native grid), ``adc_mean``,
+        ``size_mm`` (largest 3-D diameter), ``t2_ratio`` (when ``t2w``), ``box_voxel_adc``.
+
+    Raises:
+        ToolError: ``shape`` (not 3-D, adc/dwi or masks off-grid), ``numeric`` (NaN/Inf),
+            ``value_range`` (empty gland, singular transform, params).
+    """
+    m = _check(adc, dwi, gland, zones, t2w, transform)
+    a, d = np.asarray(adc.data, dtype=np.float32), np.asarray(dwi.data, dtype=np.float32)
+    inv = np.linalg.inv(m)  # ADC world point -> T2w world point
+    gl = _carry((np.asarray(gland.data) > 0), gland.affine, adc.affine, a.shape, inv, "nearest") > 0.5
+    if not gl.any():
+        raise ToolError(ErrorCode.value_range, "the gland does not overlap the ADC field of view",
+                        hint="check the transform direction (fixed=T2w, moving=ADC)", arg="transform")
+    zo_t2 = None if zones is None else np.rint(np.asarray(zones.data)).astype(np.int16)
+    zo = (np.zeros(a.shape, np.int16) if zo_t2 is None
+          else np.rint(_carry(zo_t2, gland.affine, adc.affine, a.shape, inv, "nearest")).astype(np.int16))
+    cand, info = _candidates(a, d, gl, zo, params)
+    comps, n = ndimage.label(cand, structure=np.ones((3, 3, 3)))
+    voxel_ml = abs(np.linalg.det(np.asarray(adc.affine)[:3, :3])) / 1000.0
+    sizes = ndimage.sum_labels(np.ones_like(a), comps, index=np.arange(1, n + 1)) * voxel_ml if n else np.zeros(0)
+    keep = [int(i) + 1 for i in np.argsort(-sizes) if sizes[i] >= params.min_volume_ml][: params.max_lesions]
+    t2 = None if t2w is None else np.asarray(t2w.data, dtype=np.float64)
+    normal_t2: dict[int, tuple[float, float]] = {}
+    if t2 is not None and zo_t2 is not None:
+        lesion_t2 = _carry(np.isin(comps, keep), adc.affine, gland.affine, t2.shape, m, "linear") >= 0.25
+        for z in (1, 2):
+            sel = (zo_t2 == z) & ~lesion_t2
+            if sel.any():
+                normal_t2[z] = _robust(t2[sel])
+    items = []
+    for comp_id in keep:
+        comp = comps == comp_id
+        on_t2 = _carry(comp, adc.affine, gland.affine, np.shape(gland.data), m, "linear")
+        f = _lesion(len(items) + 1, comp, a, adc.affine, on_t2, gland, zo_t2, t2, normal_t2)
+        if f is not None:
+            items.append(f)
+    meta = {"method": "ADC/DWI thresholds on the native ADC grid, 26-connected components",
+            "candidates": int(n), "transform": "given" if transform is not None else "identity (world-aligned)",
+            **info}
+    log.debug("detect.prostate_lesions: %d lesions (%d components)", len(items), n)
+    return Findings(items, np.array(gland.affine, dtype=np.float64), meta)
