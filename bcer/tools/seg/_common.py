@@ -61,3 +61,14 @@ def robust_z(x: np.ndarray, region: np.ndarray) -> np.ndarray:
 
 def mask_meta(method: str, **extra: Any) -> dict[str, Any]:
     return {"method": method, **extra}
+
+
+def resample_to(moving: Any, target: Any, order: int = 1) -> np.ndarray:
+    """``moving``'s data sampled at ``target``'s voxel centres through world coordinates
+    (affines only, no registration); outside the moving field of view is 0."""
+    vox = np.linalg.inv(np.asarray(moving.affine, np.float64)) @ np.asarray(target.affine, np.float64)
+    shape = np.shape(target.data)[:3]
+    grid = np.indices(shape, dtype=np.float64).reshape(3, -1)
+    coords = vox[:3, :3] @ grid + vox[:3, 3:4]
+    out = ndi.map_coordinates(np.asarray(moving.data, np.float64), coords, order=order, mode="constant", cval=0.0)
+    return out.reshape(shape)
