@@ -35,7 +35,7 @@ TRAIN_SEED0, HELD_OUT_SEED0 = 1000, 9000  # disjoint seed ranges: held-out cases
 
 def _cine_stack(phantom) -> tuple[np.ndarray, np.ndarray, tuple[float, ...]]:
     """(X, Y, Z*T) normalised images and labels of one phantom, as the tool feeds the bundle."""
-    cine, lab = phantom.sequences["CINE"], phantom.labels["labels"]
+    cine, lab = phantom.sequences["CINE"], phantom.labels["seg"]
     x, y, z, t = cine.data.shape
     img = _normalize(np.asarray(cine.data, np.float32).reshape(1, x, y, z * t), "zscore")[0]
     return img, np.asarray(lab.data).reshape(x, y, z * t).astype(np.int64), cine.spacing
@@ -136,7 +136,7 @@ def evaluate(out: Path, n_cases: int) -> dict:
     per_case = []
     for i in range(n_cases):
         ph = make_cardiac(f"heldout{i:03d}", seed=HELD_OUT_SEED0 + i, size="small", group=GROUPS[i % 5])
-        cine, truth = ph.sequences["CINE"], np.asarray(ph.labels["labels"].data)
+        cine, truth = ph.sequences["CINE"], np.asarray(ph.labels["seg"].data)
         x, y, z, t = cine.data.shape
         pred, _ = run_bundle(str(out), np.asarray(cine.data, np.float32).reshape(1, x, y, z * t),
                              spacing=cine.spacing, roi_size=ROI)
