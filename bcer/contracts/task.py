@@ -31,6 +31,9 @@ class DeliverableSpec(BaseModel):
     kind: ArtifactKind
     milestone: str
     file: str
+    # the producing tool's output port, when it has several of ``kind`` (e.g. ``wt`` of a
+    # segmentation that also outputs ``labels``); None: its first output of ``kind``
+    field: str | None = None
     validators: list[Validator] = Field(default_factory=lambda: [Validator(type="exists")])
 
 

@@ -406,7 +406,8 @@ def _check_contract(ctx: _Ctx, drafts: Mapping[str, _Draft], order: list[str]) -
                       deliverable=d.name, milestone=d.milestone)
             continue
         spec = drafts[nodes[-1]].spec
-        port = next(p for p in spec.outputs if p.kind == d.kind)
+        port = next((p for p in spec.outputs if p.kind == d.kind and p.name == d.field), None) \
+            or next(p for p in spec.outputs if p.kind == d.kind)
         out.append(Deliverable(name=d.name, node=nodes[-1], field=port.name, file=d.file))
     return out
 

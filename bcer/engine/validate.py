@@ -54,11 +54,14 @@ def _sequence_affine(case: Case, name: str) -> np.ndarray:
 
 
 def _affine_matches_input(path: Path, v: Validator, case: Case) -> Check:
-    want = _sequence_affine(case, str(v.arg))
+    names = [str(a) for a in v.arg] if isinstance(v.arg, list) else [str(v.arg)]
+    have = {canonical_sequence(k) or k for k in case.sequences}
+    name = next((n for n in names if (canonical_sequence(n) or n) in have), names[0])
+    want = _sequence_affine(case, name)
     got = np.asarray(_nifti(path).affine)
     if np.allclose(got, want, atol=1e-3):
-        return True, f"affine matches {v.arg}"
-    return False, f"affine of {path.name} differs from {v.arg}: max |diff| {np.abs(got - want).max():.4g} mm"
+        return True, f"affine matches {name}"
+    return False, f"affine of {path.name} differs from {name}: max |diff| {np.abs(got - want).max():.4g} mm"
 
 
 def _load_json(path: Path) -> Any:
