@@ -1,0 +1,101 @@
+"""cardiac.ed_es on ACDC-like phantoms (exact frames, metadata override) and the regional
+wall-thickening geometry quant.cardiac_function uses; typed errors."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import pytest
+
+from bcer.contracts.artifacts import Cine, Mask
+from bcer.contracts.errors import ErrorCode, ToolError
+from bcer.datasets.cardiac import GROUPS, make_cardiac
+from bcer.datasets.phantom import Phantom
+from bcer.tools.cardiac import regional_thickening
+from bcer.tools.registry import call_tool, get_tool
+
+
+@lru_cache(maxsize=16)
+def _phantom(seed: int, group: str) -> Phantom:
+    return make_cardiac(f"c{seed}", seed, size="small", group=group)
+
+
+@pytest.mark.parametrize("group", GROUPS)
+@pytest.mark.parametrize("seed", [3, 11])
+def test_ed_es_exact_frames(seed: int, group: str) -> None:
+    ph = _phantom(seed, group)
+    t = call_tool("cardiac.ed_es", {"labels": ph.labels["seg"], "cine": ph.sequences["CINE"]})["phases"]
+    row = t.rows[0]
+    assert (row["ed_frame"], row["es_frame"]) == (ph.truth["ed_frame"], ph.truth["es_frame"])
+    assert row["n_frames"] == ph.truth["n_frames"] and row["source"] == "lv_volume_curve"
+    np.testing.assert_allclose(row["lv_volume_curve_ml"], ph.truth["lv_volume_curve_ml"], rtol=1e-4)
+    assert row["lv_volume_ed_ml"] == pytest.approx(ph.truth["lv_edv_ml"], rel=1e-9)
+    assert t.units["lv_volume_curve_ml"] == "mL" and t.meta["agrees_with_curve"]
+
+
+def test_ed_es_from_metadata() -> None:
+    ph = _phantom(3, "NOR")
+    ed, es = ph.truth["ed_frame"], ph.truth["es_frame"]
+    same = call_tool("cardiac.ed_es", {"labels": ph.labels["seg"]}, {"ed_frame": ed, "es_frame": es})["phases"]
+    assert same.rows[0]["source"] == "metadata" and same.meta["agrees_with_curve"]
+    other = call_tool("cardiac.ed_es", {"labels": ph.labels["seg"]}, {"ed_frame": (ed + 1) % ph.truth["n_frames"]})
+    row = other["phases"].rows[0]
+    assert row["ed_frame"] == (ed + 1) % ph.truth["n_frames"] and row["es_frame"] == es
+    assert not other["phases"].meta["agrees_with_curve"]
+
+
+def test_regional_thickening_finds_the_infarct() -> None:
+    """The MINF phantom's akinetic, thinned sector shows as abnormal segments on the truth's
+    akinetic slices; a normal heart thickens everywhere."""
+    for group, seed in (("MINF", 5), ("NOR", 5), ("DCM", 5)):
+        ph = _phantom(seed, group)
+        lab, sp = np.asarray(ph.labels["seg"].data), ph.labels["seg"].spacing
+        rows = regional_thickening(lab[..., ph.truth["ed_frame"]], lab[..., ph.truth["es_frame"]], sp[:2])
+        wall = np.array([r["wall_ed_mm"] for r in rows])
+        thick = np.array([r["thickening_pct"] for r in rows])
+        abnormal = (thick < 10) & (wall < 0.75 * np.median(wall))
+        if group == "MINF":
+            assert abnormal.sum() >= 2
+            slices = {r["slice"] for r, a in zip(rows, abnormal) if a}
+            assert slices <= set(ph.truth["akinesia"]["slices"])
+        else:
+            assert abnormal.sum() == 0, group
+        if group == "NOR":
+            assert np.median(thick) > 20  # normal systolic thickening is large
+
+
+def test_spec() -> None:
+    spec = get_tool("cardiac.ed_es").spec
+    assert spec.milestone == "phase_detection"
+    assert [(p.name, p.required) for p in spec.inputs] == [("labels", True), ("cine", False)]
+    assert [p.name for p in spec.outputs] == ["phases"]
+
+
+def test_errors() -> None:
+    ph = _phantom(3, "NOR")
+    seg, cine = ph.labels["seg"], ph.sequences["CINE"]
+    with pytest.raises(ToolError) as e:  # one frame given as the label cine
+        call_tool("cardiac.ed_es", {"labels": Mask(np.asarray(seg.data)[..., 0], seg.affine)})
+    assert e.value.code == ErrorCode.shape and e.value.context["arg"] == "labels"
+    with pytest.raises(ToolError) as e:  # no LV anywhere
+        call_tool("cardiac.ed_es", {"labels": Mask(np.zeros_like(seg.data), seg.affine)})
+    assert e.value.code == ErrorCode.value_range
+    with pytest.raises(ToolError) as e:  # frame past the end
+        call_tool("cardiac.ed_es", {"labels": seg}, {"es_frame": ph.truth["n_frames"]})
+    assert e.value.code == ErrorCode.value_range and e.value.context["arg"] == "es_frame"
+    with pytest.raises(ToolError) as e:  # negative frame: rejected by the params model
+        call_tool("cardiac.ed_es", {"labels": seg}, {"ed_frame": -1})
+    assert e.value.code == ErrorCode.value_range
+    shifted = cine.affine.copy()
+    shifted[:3, 3] += 5.0
+    with pytest.raises(ToolError) as e:  # cine on another grid
+        call_tool("cardiac.ed_es", {"labels": seg, "cine": Cine(cine.data, shifted)})
+    assert e.value.code == ErrorCode.shape
+    with pytest.raises(ToolError) as e:  # cine with fewer frames
+        call_tool("cardiac.ed_es", {"labels": seg, "cine": Cine(cine.data[..., :-1], cine.affine)})
+    assert e.value.code == ErrorCode.shape
+    bad = np.asarray(seg.data).astype(np.float32)
+    bad[0, 0, 0, 0] = np.nan
+    with pytest.raises(ToolError) as e:
+        call_tool("cardiac.ed_es", {"labels": Mask(bad, seg.affine)})
+    assert e.value.code == ErrorCode.numeric
