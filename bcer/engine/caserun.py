@@ -117,7 +117,8 @@ class CaseRun:
             return
         from .executor import _remote_loader
 
-        art, meta = _remote_loader().options(name=f"{self.case.id}:seq:{key}").remote(ref)
+        art, meta = _remote_loader().options(name=f"{self.case.id}:seq:{key}",
+                                            num_cpus=self.ctx.loader_num_cpus).remote(ref)
         self.seq_refs[key] = art
         self.inflight[meta] = ("seq", key, 1, time.time())
 

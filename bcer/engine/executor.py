@@ -46,6 +46,8 @@ class RunContext:
         node_timeout_s: a node running longer is cancelled and fails with ``timeout``.
         max_attempts_per_node: safety cap on resubmissions, whatever the Reflector says.
         reflector_timeout_s: how long to wait for the Reflector's verdict.
+        loader_num_cpus: CPUs of a sequence-load task (gzip decompression is CPU work; a
+            fraction lets loads overlap compute but makes Ray start extra workers).
     """
 
     run_id: str
@@ -57,6 +59,7 @@ class RunContext:
     node_timeout_s: float | None = None
     max_attempts_per_node: int = 4
     reflector_timeout_s: float = 120.0
+    loader_num_cpus: float = 1.0
 
     def __post_init__(self) -> None:
         self.output_dir = Path(self.output_dir)
@@ -92,7 +95,7 @@ def _remote_node():
 def _remote_loader():
     import ray
 
-    return ray.remote(num_returns=2, num_cpus=0.25)(load_sequence_task)
+    return ray.remote(num_returns=2)(load_sequence_task)
 
 
 @functools.cache

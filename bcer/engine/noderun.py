@@ -38,7 +38,7 @@ def _import_module(module: str, file: str) -> None:
         importlib.import_module(module)
         return
     except ImportError:
-        if not file or not os.path.exists(file):
+        if not file or not os.path.exists(file) or module == "__main__":  # never re-run a script
             raise
     spec = importlib.util.spec_from_file_location(module, file)
     mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
