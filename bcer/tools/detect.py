@@ -92,12 +92,16 @@ def _candidates(a: np.ndarray, d: np.ndarray, gl: np.ndarray, zo: np.ndarray,
     stats = {}
     for z in (1, 2):
         sel = gl & (zo == z)
+        # zone interiors only: borders mix tissues (mask/registration error, interpolation)
+        # and would inflate the noise estimate
+        inner = ndimage.binary_erosion(sel)
+        sel = inner if np.count_nonzero(inner) >= 20 else sel
         if np.count_nonzero(sel) >= 20:
             stats[ZONE_NAMES[z]] = (*_robust(a[sel]), float(np.median(d[sel])))
     if not stats:  # no zone masks: the whole gland is the reference
         stats["gland"] = (*_robust(a[gl]), float(np.median(d[gl])))
     ref_adc = min(s[0] for s in stats.values())
-    sd = max(s[1] for s in stats.values())
+    sd = min(s[1] for s in stats.values())
     adc_thr = ref_adc - max(p.adc_margin_sd * sd, p.adc_margin_min)
     dwi_thr = p.dwi_ratio * min(s[2] for s in stats.values())
     cand = gl & (a < adc_thr) & (d > dwi_thr)
