@@ -153,8 +153,11 @@ def test_consumer_receives_only_its_field(ray_local, tmp_path, reflector):
     case = make_case(tmp_path / "in")
     plan = sketch({"id": "s", "tool": "xtoy.split", "args": {"img": "@seq.T1"}},
                   {"id": "p", "tool": "xtoy.probe", "args": {"mask": "@node.s.small"}})
-    outcome = run(tmp_path, case, plan, reflector)
+    outcome = run(tmp_path, case, plan, reflector, write_intermediates=True)
     assert outcome.status == "succeeded", outcome.error
+    inter = tmp_path / "out" / "c1" / "intermediates"
+    assert sorted(p.name for p in inter.iterdir()) == ["p_table.csv", "p_table.json", "s_big.nii.gz",
+                                                      "s_small.nii.gz"]
     row = json.loads((tmp_path / "out" / "c1" / "p.json").read_text())["rows"][0]
     assert row["type"] == "Mask" and row["field"] == "small" and row["shape"] == [8, 8, 4]
     data = case_data(case)
@@ -213,6 +216,22 @@ def test_sigkilled_worker_is_retried_with_same_deliverables(ray_local, tmp_path,
     kevs = events(tmp_path / "k/out/c1")
     assert sum(e.kind == "succeeded" and e.node == "k" for e in kevs) == 1
     assert not any(e.kind == "repaired" for e in kevs)  # Ray retried it, not the Reflector
+
+
+def test_worker_lost_when_ray_gives_up_and_timeout(ray_local, tmp_path, reflector):
+    case = make_case(tmp_path / "in")
+    plan = sketch({"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1"}},
+                  {"id": "k", "tool": "xtoy.suicide", "args": {"img": "@node.a.image", "always": True,
+                                                                "scratch_dir": "@runtime.output_dir"}})
+    lost = run(tmp_path / "l", case, plan, reflector, task_max_retries=1)
+    assert lost.status == "failed" and lost.error["code"] == "worker_lost" and lost.error["node"] == "k"
+    assert lost.node_status == {"a": "succeeded", "k": "failed"}
+    assert (tmp_path / "l/out/c1/a.nii.gz").exists() is False  # a is not a sink: nothing to keep
+    slow = sketch({"id": "s", "tool": "xtoy.step", "args": {"img": "@seq.T1", "sleep_s": 5.0}})
+    t0 = time.time()
+    timed = run(tmp_path / "t", case, slow, reflector, node_timeout_s=1.0)
+    assert timed.status == "failed" and timed.error["code"] == "timeout"
+    assert time.time() - t0 < 4.5  # cancelled, not waited for
 
 
 def test_cpu_only_cluster_gpu_fallback_and_gpu_only_fails_fast(ray_local, tmp_path, reflector):
