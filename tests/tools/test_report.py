@@ -1,0 +1,117 @@
+"""report.structured: every number in the Markdown equals its evidence, and every evidence
+entry resolves to the value in the node output it names (cardiac, prostate, brain chains)."""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+
+from bcer.contracts.artifacts import Classification, Findings, Report, Table, Transform
+from bcer.contracts.errors import ErrorCode, ToolError
+from bcer.datasets.brain import make_brain
+from bcer.datasets.cardiac import make_cardiac
+from bcer.datasets.prostate import make_prostate
+from bcer.tools.registry import call_tool
+
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def _run(node: str, tool: str, inputs: dict, params: dict | None = None) -> dict[str, Any]:
+    """call_tool plus what the executor does: stamp each output with its origin."""
+    out = call_tool(tool, inputs, params)
+    for field, art in out.items():
+        art.meta["origin"] = {"node": node, "field": field, "tool": tool}
+    return out
+
+
+def _resolve(art: Any, key: str) -> float:
+    """The value an evidence key names inside an artifact."""
+    if isinstance(art, Table):
+        m = re.fullmatch(r"rows\[(\d+)\]\.(\w+)", key)
+        return art.rows[int(m.group(1))][m.group(2)] if m else art.rows[0][key]
+    if isinstance(art, Findings):
+        fid, attr = key.split(".", 1)
+        f = next(f for f in art.items if f.id == fid)
+        return getattr(f, attr) if attr == "volume_ml" else f.attributes[attr]
+    if isinstance(art, Classification):
+        m = re.fullmatch(r"rule_trace\[(\d+)\]\.(\w+)", key)
+        if m:
+            return art.rule_trace[int(m.group(1))][m.group(2)]
+        return art.scores[key.split(".", 1)[1]]
+    raise AssertionError(f"cannot resolve {key} in {type(art).__name__}")
+
+
+def check_numbers(report: Report, sources: dict[tuple[str, str], Any]) -> None:
+    text = re.sub(r"`[^`]*`", "", report.text)  # ids, names and labels live in code spans
+    tokens = NUMBER.findall(text)
+    assert len(tokens) == len(report.evidence) > 0
+    ids = re.findall(r"`\[(.+?)\]`", report.text)
+    assert ids == [e["id"] for e in report.evidence]
+    for token, ev in zip(tokens, report.evidence):
+        assert float(token) == ev["value"], ev
+        actual = float(_resolve(sources[(ev["node"], ev["field"])], ev["key"]))
+        assert ev["raw"] == pytest.approx(actual, rel=1e-12, abs=1e-12), ev
+        decimals = len(token.split(".")[1]) if "." in token else 0
+        assert abs(float(token) - actual) <= 0.5 * 10 ** -decimals + 1e-9, ev  # rounding only
+    json.dumps(report.structured)  # the structured part is JSON
+
+
+def test_cardiac_report() -> None:
+    ph = make_cardiac("r", 12, size="small", group="DCM")
+    phases = _run("ed_es", "cardiac.ed_es", {"labels": ph.labels["seg"]})["phases"]
+    fn = _run("function", "quant.cardiac_function", {"labels": ph.labels["seg"], "phases": phases},
+              {"height_cm": ph.metadata["height"], "weight_kg": ph.metadata["weight"]})["function"]
+    cls = _run("acdc", "classify.cardiac_acdc", {"function": fn})["classification"]
+    rep = _run("report", "report.structured", {"measurements": fn, "classification": cls})["report"]
+    check_numbers(rep, {("function", "function"): fn, ("acdc", "classification"): cls})
+    assert rep.structured["domain"] == "cardiac" and "`DCM`" in rep.text
+    ef = next(e for e in rep.evidence if e["key"] == "lv_ef_pct")
+    assert ef["node"] == "function" and ef["unit"] == "%"
+    assert ef["value"] == pytest.approx(ph.truth["lv_ef_pct"], abs=0.05)  # the truth, as printed
+    assert "mL/m²" in rep.text and "mL/m2" not in rep.text
+
+
+def test_prostate_report() -> None:
+    ph = make_prostate("r", 13, size="small", n_lesions=2)
+    det = _run("detect", "detect.prostate_lesions", {
+        "adc": ph.sequences["ADC"], "dwi": ph.sequences["DWI"], "gland": ph.labels["gland"],
+        "zones": ph.labels["zones"], "t2w": ph.sequences["T2w"],
+        "transform": Transform(np.array(ph.truth["misalignment"]["matrix"]))})["findings"]
+    feats = _run("zones", "quant.roi_features", {"image": ph.sequences["T2w"], "mask": ph.labels["zones"]})["features"]
+    cls = _run("pirads", "classify.pirads", {"findings": det})["classification"]
+    rep = _run("report", "report.structured", {"features": feats, "findings": det, "classification": cls})["report"]
+    check_numbers(rep, {("detect", "findings"): det, ("zones", "features"): feats,
+                        ("pirads", "classification"): cls})
+    assert rep.structured["domain"] == "prostate"
+    assert len(rep.structured["sections"][1]["findings"]) == len(det.items) == 2
+    for f in det.items:
+        side = {"R": "right", "L": "left"}[f.side]
+        assert re.search(rf"`{f.id}` \(lesion\): `{f.zone}`, {side}", rep.text)
+    assert f"`PI-RADS {ph.truth['max_category']}`" in rep.text
+
+
+def test_brain_report_and_defaults() -> None:
+    ph = make_brain("r", 14, size="small", grade="HGG")
+    feats = call_tool("quant.roi_features", {"image": ph.sequences["T1c"], "mask": ph.labels["seg"]})["features"]
+    cls = call_tool("classify.glioma_grade", {"features": feats})["classification"]
+    # no origin stamped (direct calls): ids fall back to the port names
+    rep = call_tool("report.structured", {"features": feats, "classification": cls}, {"decimals": 2})["report"]
+    check_numbers(rep, {("features", "features"): feats, ("classification", "classification"): cls})
+    assert rep.structured["domain"] == "brain" and "`HGG`" in rep.text
+    vol = next(e for e in rep.evidence if e["key"].endswith("volume_ml") and e["key"].startswith("rows[2]"))
+    assert vol["value"] == pytest.approx(ph.truth["enhancing_ml"], abs=0.005)
+
+
+def test_errors() -> None:
+    with pytest.raises(ToolError) as e:
+        call_tool("report.structured", {})
+    assert e.value.code == ErrorCode.input_missing
+    with pytest.raises(ToolError) as e:
+        call_tool("report.structured", {"measurements": Table([{"x": 1.0}])}, {"decimals": 9})
+    assert e.value.code == ErrorCode.value_range
+    with pytest.raises(ToolError) as e:  # a findings artifact where a table is expected
+        call_tool("report.structured", {"measurements": Findings([])})
+    assert e.value.code == ErrorCode.schema
