@@ -75,8 +75,8 @@ class _Writer:
         if isinstance(value, int):
             text = str(value)
         else:
-            # ratios below 1 (e.g. T2w ratio 0.46) need two decimals to stay meaningful
-            d = max(self.decimals, 2) if abs(raw) < 1 else self.decimals
+            # ratios below 1 (T2w ratio 0.46) and BSA (1.93 m2) need two decimals to stay meaningful
+            d = max(self.decimals, 2) if abs(raw) < 1 or unit == "m2" else self.decimals
             text = f"{round(raw, d) + 0.0:.{d}f}"  # + 0.0: no "-0.0" in the text
             if float(text) == 0:
                 text = f"{0.0:.{d}f}"
