@@ -104,8 +104,13 @@ class CaseRun:
                 self.deps[n.id] = node_dependencies(self.wf, n, self.case)
             except ToolError as e:
                 self._on_failure(n, e.with_context(node=n.id, tool=n.tool).to_dict(), 1)
+        self._ensure_loads()
+
+    def _ensure_loads(self) -> None:
+        """One load task per sequence any node needs (also after a patch rebinds a port)."""
         for key in sorted({s for _, seqs in self.deps.values() for s in seqs}):
-            self._load_sequence(key)
+            if key not in self.seq_refs and key not in self.seq_meta:
+                self._load_sequence(key)
 
     def _load_sequence(self, key: str) -> None:
         ref = resolved_ref(self.case, key)
@@ -306,6 +311,7 @@ class CaseRun:
         except ToolError as e:
             self._give_up(node, e.with_context(node=node.id, tool=node.tool).to_dict(), halted=False)
             return
+        self._ensure_loads()
         self.status[node.id] = "pending"
         self.trace.emit("retried", node=node.id, tool=node.tool, attempt=attempt + 1)
 

@@ -197,6 +197,24 @@ def test_middle_node_failure_repaired_by_tier1_only_it_reruns(ray_local, tmp_pat
     assert outcome.measurements["n5.mean"] == pytest.approx(want, rel=1e-6)
 
 
+def test_misspelt_field_token_is_repaired_before_submission(ray_local, tmp_path, reflector):
+    from bcer.actors.reflector import Reflector
+
+    case = make_case(tmp_path / "in")
+    plan = sketch({"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1"}},
+                  {"id": "m", "tool": "xtoy.measure", "args": {"img": "@node.a.image"}})
+    wf = compile_plan(plan, case)
+    wf.node("m").inputs["img"] = "@node.a.imag"  # as a sloppy plan edit would leave it
+    rc = RunContext(run_id="typo", output_dir=tmp_path / "out" / case.id)
+    outcome = run_case_workflow(wf, case, rc, reflector=Reflector())
+    assert outcome.status == "succeeded", outcome.error
+    evs = events(rc.output_dir)
+    first = next(e for e in evs if e.kind == "failed")
+    assert (first.node, first.error_code) == ("m", "bad_reference")
+    assert next(e for e in evs if e.kind == "repaired").patch["inputs"] == {"img": "@node.a.image"}
+    assert outcome.measurements["m.mean"] == pytest.approx(float(np.mean(case_data(case))) + 1)
+
+
 def test_sigkilled_worker_is_retried_with_same_deliverables(ray_local, tmp_path, reflector):
     case = make_case(tmp_path / "in")
     plan = sketch({"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1"}},
