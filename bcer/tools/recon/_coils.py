@@ -1,5 +1,5 @@
 """Shared plumbing of the recon tools: k-space checks, sampling-pattern analysis (ACS block,
-acceleration, lattice), slice batching, coil-sensitivity maps and output artifacts.
+acceleration, lattice), slice batching, output artifacts (coil maps live in ``_maps``).
 
 Slices are processed as a batch ``(N, C, X, Y)`` with ``N = Z`` (volume) or ``N = Z * T``
 (cine, frame index fastest), so volume and cine variants share one core.
@@ -16,7 +16,6 @@ from ...contracts.artifacts import Cine, Image, KSpace
 from ...contracts.errors import ErrorCode, ToolError
 from .._checks import require_finite
 from .._gpu import to_numpy
-from ._fft import ifft2c, rss
 
 log = logging.getLogger(__name__)
 
@@ -133,34 +132,6 @@ def run_batched(slices: np.ndarray, xp: Any, fn: Callable[[Any], tuple[Any, dict
         out.append(to_numpy(images).astype(np.float32, copy=False))
         stats.append(info)
     return np.concatenate(out, axis=0), stats
-
-
-def lowres_maps(batch: Any, sampling: Sampling, xp: Any, threshold: float) -> Any:
-    """Coil maps from the Hann-windowed ACS block: low-resolution coil images divided by
-    their root-sum-of-squares, zeroed where that RSS is below ``threshold`` x its slice max
-    (background, where sensitivities are undefined). Returns (N, C, X, Y) complex64."""
-    n, c, x, y = batch.shape
-    a, b = sampling.acs
-    wx_len = min(x, max(sampling.n_acs, round(sampling.n_acs * x / y)))
-    window = np.zeros((x, y), dtype=np.float32)
-    x0 = (x - wx_len) // 2
-    window[x0:x0 + wx_len, a:b] = np.outer(np.hanning(wx_len + 2)[1:-1], np.hanning(b - a + 2)[1:-1])
-    coil = ifft2c(batch * xp.asarray(window), xp)
-    norm = rss(coil, xp)[:, None]
-    peak = xp.max(norm.reshape(n, -1), axis=1).reshape(n, 1, 1, 1)
-    keep = norm > threshold * peak
-    maps = xp.where(keep, coil / xp.where(keep, norm, 1), 0)
-    return maps.astype(xp.complex64)
-
-
-def espirit_maps(batch: Any, sampling: Sampling, xp: Any, threshold: float) -> Any:
-    """ESPIRiT maps per slice with sigpy's ``EspiritCalib`` (computed on the CPU)."""
-    from sigpy.mri.app import EspiritCalib
-
-    host = to_numpy(batch)
-    maps = np.stack([EspiritCalib(s, calib_width=sampling.n_acs, thresh=threshold, crop=0.8,
-                                  show_pbar=False).run() for s in host])
-    return xp.asarray(maps, dtype=xp.complex64)
 
 
 def to_artifact(images: np.ndarray, kspace: KSpace, data_shape: tuple[int, ...], cine: bool,

@@ -27,11 +27,12 @@ _RESOURCES = {"num_cpus": 1, "memory_mb": 4096}
 
 class GrappaParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    kernel_y: int = Field(2, ge=2, le=6, description="acquired source lines per kernel "
+    kernel_y: int = Field(3, ge=2, le=6, description="acquired source lines per kernel "
                           "(along phase encoding); the ACS block must span R*(kernel_y-1)+1 lines")
     kernel_x: Literal[3, 5, 7, 9] = Field(5, description="source columns per kernel (readout, odd)")
-    lam: float = Field(0.01, ge=0.0, le=1.0, description="Tikhonov weight relative to the mean "
-                       "eigenvalue of the calibration normal matrix")
+    lam: float = Field(3e-4, ge=0.0, le=1.0, description="Tikhonov weight relative to the mean "
+                       "eigenvalue of the calibration normal matrix (dominated by the k-space centre, so "
+                       "keep it small)")
 
 
 def kernel_rows(kernel_y: int) -> np.ndarray:

@@ -17,9 +17,9 @@ from ...contracts.artifacts import Cine, Image, KSpace
 from ...contracts.errors import ErrorCode, ToolError
 from .._gpu import array_module
 from ..registry import tool
-from ._coils import (Sampling, analyse_mask, as_slices, check_kspace, espirit_maps, lowres_maps,
-                     run_batched, to_artifact)
+from ._coils import Sampling, analyse_mask, as_slices, check_kspace, run_batched, to_artifact
 from ._fft import fft2c, ifft2c
+from ._maps import ESTIMATORS
 
 _RESOURCES = {"num_cpus": 1, "memory_mb": 4096}
 
@@ -31,11 +31,13 @@ class SenseParams(BaseModel):
                        "operator has eigenvalues <= 1 because the maps have unit RSS")
     tol: float = Field(1e-4, ge=0.0, le=0.1, description="stop when every slice's residual norm "
                        "fell below tol x its initial norm")
-    maps: Literal["lowres", "espirit"] = Field("lowres", description="coil-map estimator: "
-                                               "'lowres' (windowed ACS images / RSS, on device) or "
-                                               "'espirit' (sigpy EspiritCalib, CPU)")
-    map_threshold: float = Field(0.05, ge=0.0, le=0.5, description="relative RSS (lowres) or "
-                                 "eigenvalue (espirit) threshold below which maps are zeroed")
+    maps: Literal["smooth", "lowres", "espirit"] = Field(
+        "smooth", description="coil-map estimator: 'smooth' (low-resolution ACS maps refitted by a "
+        "weighted Legendre polynomial, robust when the object is cut by the FOV), 'lowres' "
+        "(windowed ACS images / RSS) or 'espirit' (sigpy EspiritCalib, CPU)")
+    map_threshold: float = Field(0.05, ge=0.0, le=0.5, description="relative low-resolution RSS "
+                                 "(smooth/lowres) or eigenvalue (espirit) threshold: background")
+    map_degree: int = Field(4, ge=1, le=12, description="total polynomial degree of 'smooth' maps")
 
 
 def normal_op(x: Any, maps: Any, mask2d: Any, lam: float, xp: Any) -> Any:
@@ -75,8 +77,7 @@ def cg_sense(kspace: Any, maps: Any, mask2d: Any, params: SenseParams, xp: Any) 
 def sense_core(batch: Any, sampling: Sampling, params: SenseParams, xp: Any) -> tuple[Any, dict]:
     """(N, C, X, Y) undersampled k-space -> ((N, X, Y) magnitude, stats)."""
     mask2d = xp.asarray(sampling.mask2d, dtype=xp.complex64)
-    estimate = lowres_maps if params.maps == "lowres" else espirit_maps
-    maps = estimate(batch * mask2d, sampling, xp, params.map_threshold)
+    maps = ESTIMATORS[params.maps](batch * mask2d, sampling, xp, params.map_threshold, params.map_degree)
     x, stats = cg_sense(batch, maps, mask2d, params, xp)
     return xp.abs(x), stats
 
