@@ -53,11 +53,11 @@ class _Group:
 
 
 _GROUP_PARAMS = {
-    "NOR": _Group((68, 82), (60, 66), (7.5, 9.0), (0.0, 0.5), (0.95, 1.05), (52, 60)),
-    "DCM": _Group((130, 160), (18, 30), (6.0, 7.5), (0.0, 0.5), (0.95, 1.05), (45, 55)),
+    "NOR": _Group((68, 82), (57, 62), (7.5, 9.0), (0.0, 0.5), (0.95, 1.05), (55, 62)),
+    "DCM": _Group((130, 160), (22, 32), (6.0, 7.5), (0.0, 0.5), (0.95, 1.05), (45, 55)),
     "HCM": _Group((62, 76), (68, 76), (11.0, 13.0), (8.0, 11.0), (0.9, 1.0), (55, 62)),
-    "MINF": _Group((85, 96), (30, 36), (8.0, 9.0), (0.0, 0.5), (0.95, 1.05), (45, 55), True),
-    "RV": _Group((68, 82), (59, 65), (7.5, 9.0), (0.0, 0.5), (1.2, 1.3), (22, 32)),
+    "MINF": _Group((80, 92), (30, 36), (8.0, 9.0), (0.0, 0.5), (0.95, 1.05), (45, 55), True),
+    "RV": _Group((68, 82), (56, 62), (7.5, 9.0), (0.0, 0.5), (1.2, 1.3), (22, 32)),
 }
 
 
@@ -91,7 +91,7 @@ def _cycle(n_frames: int, ed_offset: int, es_phase: float) -> np.ndarray:
 def _draw_anatomy(group: str, rng: np.random.Generator, bsa: float) -> dict[str, Any]:
     g = _GROUP_PARAMS[group]
     edv = rng.uniform(*g.lv_edvi) * bsa * 1000.0  # mm3
-    aspect = rng.uniform(2.6, 2.9) if group == "DCM" else rng.uniform(2.9, 3.3)  # L / a
+    aspect = rng.uniform(2.3, 2.6) if group == "DCM" else rng.uniform(2.9, 3.3)  # L / a (DCM: spherical)
     # cavity volume = 0.8 * pi * a^2 * L for the sqrt(1 - x^4) taper
     a0 = (edv / (0.8 * np.pi * aspect)) ** (1 / 3)
     s_long = rng.uniform(0.86, 0.9) if group not in ("DCM", "MINF") else rng.uniform(0.93, 0.96)
@@ -130,7 +130,7 @@ def _grid(size: Size, rng: np.random.Generator, oblique: bool, frame: np.ndarray
           p: dict[str, Any]) -> tuple[np.ndarray, tuple[int, int, int], int]:
     """Short-axis stack affine/shape covering base (with a margin) to apex; and frame count."""
     if size == "full":
-        sp, dz, n_frames = rng.uniform(1.25, 1.6), rng.uniform(8.0, 10.0), int(rng.integers(20, 31))
+        sp, dz, n_frames = rng.uniform(1.25, 1.6), rng.uniform(8.5, 10.0), int(rng.integers(20, 31))
         nx = 2 * int(round(rng.uniform(300, 350) / sp / 2))
         ny = 2 * int(round(nx * rng.uniform(0.8, 0.92) / 2))
         nz_lim = (8, 11)
@@ -139,8 +139,10 @@ def _grid(size: Size, rng: np.random.Generator, oblique: bool, frame: np.ndarray
         nx, ny, nz_lim = 64, 56, (6, 8)
     else:
         raise ToolError(ErrorCode.value_range, f"unknown size {size!r}", hint="valid: ['full', 'small']", arg="size")
-    length = p["L0"] + p["wall"] + 0.5 * dz  # base margin of half a slice, through the apex cap
-    nz = int(np.clip(np.ceil(length / dz) + 1, *nz_lim))
+    heart = p["L0"] + p["wall"]  # ED base plane to the epicardial apex
+    nz = int(np.clip(np.ceil(heart / dz + 1.5), *nz_lim))
+    dz = max(dz, heart / (nz - 1.5))  # coarser slices rather than a truncated heart
+    length = heart + 0.5 * dz  # with a margin of half a slice above the base
     direction = np.eye(3)  # axis-aligned stack (the heart's long axis is then along -S)
     if oblique:  # the planned stack is a few degrees off the true long axis, axes flipped as on scanners
         direction = frame @ random_direction(rng, oblique_deg=5.0, flips=True)
@@ -223,17 +225,20 @@ def _background(world: np.ndarray) -> np.ndarray:
     return img
 
 
-def max_wall_thickness_mm(lv: np.ndarray, myo: np.ndarray, spacing_xy: tuple[float, float]) -> float:
+def max_wall_thickness_mm(lv: np.ndarray, myo: np.ndarray, spacing_xy: tuple[float, float],
+                          min_cavity_frac: float = 0.1) -> float:
     """Largest in-plane distance (mm) from a myocardial voxel to the LV cavity, over slices.
 
-    Per short-axis slice that contains LV cavity, the Euclidean distance transform of the
-    non-cavity region gives, at each myocardial voxel, its distance to the endocardium; the
-    outermost voxels hold the local wall thickness. Apical-cap slices (myocardium without
-    cavity) have no defined thickness and are skipped.
+    Per short-axis slice, the Euclidean distance transform of the non-cavity region gives,
+    at each myocardial voxel, its distance to the endocardium; the outermost voxels hold the
+    local wall thickness. Slices whose cavity is below ``min_cavity_frac`` of the largest
+    cavity cross-section are skipped: there the plane grazes the base or the apical cap
+    obliquely and the in-plane "thickness" is not a wall thickness.
     """
+    areas = lv.sum(axis=(0, 1))
     best = 0.0
-    for k in range(lv.shape[2]):
-        if not lv[..., k].any() or not myo[..., k].any():
+    for k in np.flatnonzero(areas >= max(1.0, min_cavity_frac * float(areas.max(initial=0)))):
+        if not myo[..., k].any():
             continue
         dist = ndimage.distance_transform_edt(~lv[..., k], sampling=spacing_xy)
         best = max(best, float(dist[myo[..., k]].max()))
@@ -311,7 +316,7 @@ def make_cardiac(case_id: str, seed: int, size: Size = "small", group: str | Non
         case_id: identifier recorded in the phantom.
         seed: everything (anatomy, body size, geometry, noise) is drawn from it.
         size: ``small`` (64x56 in-plane, ~3 mm, 6-8 slices, 10-12 frames; well under 1 s) or
-            ``full`` (1.25-1.6 mm, 8-10 mm slices, 8-11 slices, 20-30 frames).
+            ``full`` (1.25-1.6 mm, 8.5-10 mm slices (up to ~11 if a dilated heart needs it), 8-11 slices, 20-30 frames).
         group: NOR | DCM | HCM | MINF | RV; drawn from the seed when None.
         oblique: oblique, flipped short-axis geometry (else an axis-aligned stack).
         noise: Rician noise std as a fraction of the blood intensity.

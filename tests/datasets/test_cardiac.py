@@ -26,6 +26,7 @@ def test_shapes_and_geometry(phantom):
     assert cine.orientation not in ("RAS",)  # oblique/flipped stack by default
     assert np.isfinite(cine.data).all() and cine.data.dtype == np.float32
     assert set(np.unique(seg.data)) == {0, 1, 2, 3}
+    _assert_whole_heart(phantom)
 
 
 def test_ed_es_are_lv_volume_extremes(phantom):
@@ -102,7 +103,14 @@ def test_full_size_ranges():
     ph = make_cardiac("f", 1, "full", group="DCM")
     sx, sy, sz = ph.sequences["CINE"].spacing
     x, y, z, t = ph.sequences["CINE"].shape
-    assert 1.25 <= sx <= 1.6 and 8 <= sz <= 10 and 8 <= z <= 11 and 20 <= t <= 30 and x != y
+    assert 1.25 <= sx <= 1.6 and 8.5 <= sz <= 11.5 and 8 <= z <= 11 and 20 <= t <= 30 and x != y
+    _assert_whole_heart(ph)
+
+
+def _assert_whole_heart(ph):
+    """The stack spans base to apex: no LV cavity in the end slices at any frame."""
+    lv = (ph.labels["seg"].data == 3).sum(axis=(0, 1, 3))
+    assert lv[0] == 0 and lv[-1] == 0 and lv.sum() > 0
 
 
 def test_deterministic_and_fast():
