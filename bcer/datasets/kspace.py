@@ -133,6 +133,26 @@ def undersample_mask(ny: int, R: int, n_acs: int = 24, rng: np.random.Generator 
     return mask
 
 
+def _forward(data: np.ndarray, maps: np.ndarray, mask: np.ndarray, sigma: float,
+             rng: np.random.Generator) -> np.ndarray:
+    """Coil k-space (C, X, Y, ...) of ``data`` (X, Y, ...), computed a few planes at a time so
+    a full-size cine does not need several coil-sized complex temporaries at once."""
+    nx, ny = data.shape[:2]
+    planes = data.reshape(nx, ny, -1)
+    n_coils = maps.shape[0]
+    k = np.empty((n_coils, nx, ny, planes.shape[2]), dtype=np.complex64)
+    chunk = max(1, (1 << 23) // (n_coils * nx * ny))  # ~64 MB of complex64 per step
+    for start in range(0, planes.shape[2], chunk):
+        sl = slice(start, start + chunk)
+        block = fft2c(maps[..., None] * planes[None, :, :, sl].astype(np.complex64), axes=(1, 2))
+        if sigma > 0:
+            block += sigma * (rng.standard_normal(block.shape, dtype=np.float32)
+                              + 1j * rng.standard_normal(block.shape, dtype=np.float32))
+        block[:, :, ~mask] = 0
+        k[..., sl] = block
+    return k.reshape((n_coils,) + data.shape)
+
+
 def make_kspace(image: Image | Cine, n_coils: int = 8, R: int = 4, n_acs: int = 24,
                 noise: float = 0.0, rng: np.random.Generator | None = None,
                 pattern: Pattern = "regular", maps: np.ndarray | None = None) -> tuple[KSpace, np.ndarray]:
@@ -166,13 +186,8 @@ def make_kspace(image: Image | Cine, n_coils: int = 8, R: int = 4, n_acs: int = 
     elif maps.shape != (maps.shape[0], nx, ny):
         raise ToolError(ErrorCode.shape, f"maps {maps.shape} do not match image plane {(nx, ny)}", arg="maps")
     mask = undersample_mask(ny, R, n_acs, rng, pattern)
-    extra = (None,) * (data.ndim - 2)
-    coil_imgs = maps[(slice(None), slice(None), slice(None)) + extra] * data[None].astype(np.complex64)
-    k = fft2c(coil_imgs, axes=(1, 2)).astype(np.complex64)
     sigma = float(noise) * float(np.max(np.abs(data))) if noise > 0 else 0.0
-    if sigma > 0:
-        k += (sigma * (rng.standard_normal(k.shape) + 1j * rng.standard_normal(k.shape))).astype(np.complex64)
-    k[:, :, ~mask] = 0
+    k = _forward(data, maps, mask, sigma, rng)
     meta: dict[str, Any] = {
         "R": int(R), "n_acs": int(n_acs), "pattern": pattern, "n_coils": int(maps.shape[0]),
         "noise_sigma": sigma, "fft": FFT_CONVENTION,
