@@ -12,8 +12,11 @@ log = logging.getLogger(__name__)
 
 
 def _validate(run: Any) -> tuple[dict[str, tuple[bool, str]], int | None, float | None]:
-    if run.contract is None:
-        return {}, None, None
+    if run.contract is None:  # no contract: SR = every required node ran, TCR = the fraction that did
+        required = [n.id for n in run.wf.nodes if n.required]
+        done = sum(run.status.get(n) == "succeeded" for n in required)
+        ok = run.error is None and done == len(required)
+        return {}, int(ok), (done / len(required) if required else 1.0)
     checks = validate_deliverables(run.contract, run.ctx.output_dir, run.case)
     for name, (ok, why) in checks.items():
         run.trace.emit("validated", node=run.written.get(name, {}).get("node"), message=f"{name}: {why}",
@@ -30,7 +33,8 @@ def _validate(run: Any) -> tuple[dict[str, tuple[bool, str]], int | None, float 
 
 def finish_case(run: Any, outcome_cls: type) -> Any:
     """Validate, score, write ``workflow.json`` and ``provenance.json``; ``_DONE`` last, only
-    for a case whose contract validated (without a contract: every required node succeeded)."""
+    for a case whose contract validated (without a contract: every required node succeeded,
+    and SR/TCR count required nodes instead of milestones and deliverables)."""
     checks, sr, tcr = _validate(run)
     status = "succeeded" if run.error is None else ("halted" if run.halted else "failed")
     out.write_workflow(run.ctx.output_dir, run.wf)
