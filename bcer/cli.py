@@ -177,6 +177,59 @@ def trace(case_dir: Path = typer.Argument(..., help="a case output folder (holds
     console.print(t)
 
 
+@app.command()
+def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
+          cases: int = typer.Option(10, "--cases", help="cases per task"),
+          out: Path = typer.Option(Path("bench_out"), help="output folder (bench.json + per-case outputs)"),
+          address: Optional[str] = typer.Option(None, help="Ray address (default: local cluster)"),
+          size: str = typer.Option("small", help="phantom size: small | full"),
+          data: Optional[Path] = typer.Option(None, help="read cases from this folder instead of synthesising"),
+          seed: int = typer.Option(0), max_in_flight: int = typer.Option(2, help="cases in flight per task")) -> None:
+    """Task-contract benchmark: SR/TCR per task with quality against ground truth beside it."""
+    from .bench import resolve_tasks, run_bench
+
+    try:
+        ids = resolve_tasks(tasks)
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console) as bar:
+            job = bar.add_task("cases", total=len(ids) * cases)
+            report = run_bench(ids, cases, out, address=address, size=size, data=data, seed=seed,
+                               max_in_flight=max_in_flight, on_case_done=lambda row: bar.advance(job))
+    except (ToolError, FileNotFoundError) as e:
+        _fail(e)
+    _print_bench(report)
+
+
+def _print_bench(report: dict) -> None:
+    for task, s in report["tasks"].items():
+        t = Table(title=f"{task} ({s['chain']}): {s['cases']} cases, SR {100 * s['sr']:.0f}%, "
+                        f"TCR {100 * s['tcr']:.0f}%, median {s['median_case_s']} s/case")
+        for col in ("metric", "mean", "n", "threshold", "met"):
+            t.add_column(col)
+        for name, q in s["quality"].items():
+            goal = "" if q["threshold"] is None else ("≥ " if q["higher_is_better"] else "≤ ") + f"{q['threshold']:g}"
+            met = {True: "[green]yes[/]", False: "[red]no[/]", None: ""}[q["met"]]
+            t.add_row(name, "" if q["mean"] is None else f"{q['mean']:.4g}", str(q["n"]), goal, met)
+        console.print(t)
+        for f in s["failures"]:
+            console.print(f"  [red]✗[/] {f['case']}: {f['status']} {f['error_code']}: {f['error_message']}")
+    t = Table(title="bench summary")
+    for col in ("task", "cases", "SR", "TCR", "quality (mean; ✓ threshold met)", "median s/case"):
+        t.add_column(col)
+    for task, s in report["tasks"].items():
+        qual = ", ".join(f"{k}={_fmt_quality(q)}" for k, q in s["quality"].items())
+        t.add_row(task, str(s["cases"]), f"{100 * s['sr']:.0f}%", f"{100 * s['tcr']:.0f}%", qual,
+                  str(s["median_case_s"]))
+    console.print(t)
+    console.print(f"total wall time {report['total_wall_s']:.1f} s (synthesis {report['synth_s']:.1f} s, "
+                  f"runs {report['run_s']:.1f} s)")
+
+
+def _fmt_quality(q: dict) -> str:
+    value = "-" if q["mean"] is None else f"{q['mean']:.3g}"
+    return value + {True: " ✓", False: " ✗", None: ""}[q["met"]]
+
+
 @data_app.command("synth")
 def data_synth(domain: str = typer.Option(..., help="brain | cardiac | prostate"),
                n: int = typer.Option(4, "--n", help="number of cases"),

@@ -16,6 +16,7 @@ Output::
 from __future__ import annotations
 
 import logging
+import shutil
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -53,7 +54,10 @@ def resolve_tasks(tasks: str | Iterable[str]) -> list[str]:
 
 def _cases_for(task: str, n_cases: int, out: Path, size: str, data: Path | None, seed: int) -> list[Case]:
     if data is None:
-        return synth_task_cases(task, n_cases, out / "data" / task, size, seed)
+        target = out / "data" / task
+        if target.exists():  # synthesis is deterministic; layouts would renumber onto old cases
+            shutil.rmtree(target)
+        return synth_task_cases(task, n_cases, target, size, seed)
     from ..api import load_cases
 
     root = data / task if (data / task).is_dir() else data
