@@ -5,15 +5,19 @@ resampled onto the T2w grid). Otherwise a classical T2w method; every level is l
 the case:
 
 1. the dominant tissue level (peri-prostatic fat) is the mode of the T2w histogram;
-2. the transition zone is the T2-dark (below half-way to its own level) component nearest
-   the field-of-view centre (prostate protocols centre the gland), after a light opening
-   that cuts thin bridges;
+2. the transition zone level is the mode of the darker-than-fat voxels at the field-of-view
+   centre (prostate protocols centre the gland); the TZ is the component of its intensity
+   band (above 3/4 of its level, below half-way to fat) that fills most of the centre,
+   after a light opening that cuts thin bridges;
 3. the peripheral zone is the T2-bright band (above half-way from fat to its own level,
    below the much brighter bladder/fluid) touching the transition zone;
-4. gland = both, closed and hole-filled; zones: TZ inside the gland, PZ the rest.
+4. gland = both, closed, hole-filled and made convex per slice (a T2-dark lesion at the
+   capsule looks like the surrounding dark structures; the gland outline spans it);
+   zones: TZ inside the gland, PZ the rest.
 
-A given ADC is resampled onto the T2w grid (world coordinates) and its mean per zone is
-reported in ``meta`` (an audit number for PI-RADS); it is required to be finite and 3-D.
+A given ADC is resampled onto the T2w grid (world coordinates) and its median per zone is
+reported in ``meta`` (an audit number; it is only as good as the ADC/T2w alignment: run
+``register.*`` first when the series moved); it is required to be finite and 3-D.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from pydantic import Field
 from scipy import ndimage as ndi
+from skimage.morphology import convex_hull_image
 
 from ...contracts.artifacts import Image, Mask
 from ...contracts.errors import ErrorCode, ToolError
@@ -41,6 +46,9 @@ class ProstateParams(BundleParams):
     closing_mm: float = Field(3.0, ge=0.0, le=10.0, description="closing radius that seals the gland outline (mm)")
 
 
+    convex: bool = Field(True, description="take the per-slice convex hull of the gland (the gland is convex)")
+
+
 class ProstateSeg(NamedTuple):
     gland: Mask
     zones: Mask
@@ -54,20 +62,26 @@ def _mode(values: np.ndarray, bins: int = 128) -> float:
     return float(0.5 * (edges[i] + edges[i + 1]))
 
 
-def _nearest_component(mask: np.ndarray, centre: np.ndarray, spacing: tuple[float, ...]) -> np.ndarray:
+def _central_component(mask: np.ndarray, centre: np.ndarray, spacing: tuple[float, ...],
+                       radius_mm: float = 15.0) -> np.ndarray:
+    """The component with most voxels within ``radius_mm`` of the centre: the gland fills
+    the centre of a prostate field of view; a small lesion or the rectum only touches it."""
     lab, n = ndi.label(mask, _CONN)
     if n == 0:
         return mask
-    idx = np.argwhere(lab > 0)
-    d = np.linalg.norm((idx - centre) * np.asarray(spacing), axis=1)
-    sizes = np.bincount(lab.ravel())
-    # nearest to the centre among components of a plausible size (not a noise speck)
-    order = np.argsort(d)
-    for i in order:
-        k = lab[tuple(idx[i])]
-        if sizes[k] >= 50:
-            return lab == k
-    return lab == lab[tuple(idx[order[0]])]
+    idx = np.indices(mask.shape, dtype=np.float32)
+    d = np.sqrt(sum(((idx[i] - centre[i]) * spacing[i]) ** 2 for i in range(3)))
+    counts = np.bincount(lab[d <= radius_mm], minlength=n + 1)
+    counts[0] = 0
+    return lab == int(np.argmax(counts)) if counts.max() > 0 else np.zeros_like(mask)
+
+
+def _convex_slices(mask: np.ndarray) -> np.ndarray:
+    out = np.zeros_like(mask)
+    for k in range(mask.shape[2]):
+        if mask[..., k].sum() >= 3:
+            out[..., k] = convex_hull_image(mask[..., k])
+    return out
 
 
 def _classical(t2w: Image, p: ProstateParams) -> tuple[np.ndarray, dict[str, Any]]:
@@ -78,14 +92,18 @@ def _classical(t2w: Image, p: ProstateParams) -> tuple[np.ndarray, dict[str, Any
     fat = _mode(img[img > 0.05 * np.percentile(img, 99)])
     centre = (np.array(img.shape) - 1) / 2.0
     opener = ball(1.0 * max(sp[:2]), sp)
-    # transition zone: two passes, the second at half-way between fat and the TZ's own level
-    tz = _nearest_component(ndi.binary_opening(img < 0.85 * fat, opener), centre, sp)
-    if tz.sum() < 50:
+    # transition zone level: the mode of the darker-than-fat voxels filling the centre
+    idx = np.indices(img.shape, dtype=np.float32)
+    dist = np.sqrt(sum(((idx[i] - centre[i]) * sp[i]) ** 2 for i in range(3)))
+    central_dark = img[(dist <= 15.0) & (img < 0.85 * fat)]
+    if central_dark.size < 50:
         raise ToolError(ErrorCode.value_range, "no T2-dark central gland found in 't2w'",
                         hint="is the gland in the field of view centre?", arg="t2w")
-    tz_level = float(np.median(img[tz]))
-    dark_thr = 0.5 * (fat + tz_level)
-    tz = _nearest_component(ndi.binary_opening(img < dark_thr, opener), centre, sp)
+    tz_level = _mode(central_dark, bins=64)
+    # TZ band: half-way to fat above; below, dark lesions, rectal wall and muscle (<= ~3/4
+    # of the TZ level) are cut off so they cannot bridge the TZ to structures outside
+    dark_lo, dark_thr = 0.75 * tz_level, 0.5 * (fat + tz_level)
+    tz = _central_component(ndi.binary_opening((img > dark_lo) & (img < dark_thr), opener), centre, sp)
     tz = fill_holes_2d(ndi.binary_fill_holes(tz))
     # peripheral zone: bright band next to the TZ; its level from the TZ's bright surroundings
     shell = ndi.binary_dilation(tz, ball(6.0, sp)) & ~tz
@@ -99,12 +117,13 @@ def _classical(t2w: Image, p: ProstateParams) -> tuple[np.ndarray, dict[str, Any
     gland = tz | pz
     if p.closing_mm:
         gland = ndi.binary_closing(gland, ball(p.closing_mm, sp)) | gland
-    gland = fill_holes_2d(ndi.binary_fill_holes(gland))
-    gland = _nearest_component(gland, centre, sp)
+    gland = _central_component(fill_holes_2d(ndi.binary_fill_holes(gland)), centre, sp)
+    if p.convex:  # dark lesions at the capsule leave notches the convex gland outline spans
+        gland = _convex_slices(gland)
     zones = np.where(gland, 1, 0).astype(np.int16)
     zones[tz & gland] = 2
     meta = {"method": "classical_t2w", "fat_level": fat, "tz_level": tz_level, "pz_level": pz_level,
-            "dark_threshold": dark_thr, "bright_band": [bright_lo, bright_hi]}
+            "tz_band": [dark_lo, dark_thr], "bright_band": [bright_lo, bright_hi]}
     return zones, meta
 
 
@@ -154,7 +173,7 @@ def prostate(t2w: Image, params: ProstateParams, adc: Image | None = None, devic
         adc_on_t2 = resample_to(adc, t2w)
         for k, name in ZONE_LABELS.items():
             sel = zones == k
-            meta[f"{name.lower()}_mean_adc"] = float(adc_on_t2[sel].mean()) if sel.any() else None
+            meta[f"{name.lower()}_median_adc"] = float(np.median(adc_on_t2[sel])) if sel.any() else None
     aff = np.asarray(t2w.affine, np.float64)
     return ProstateSeg(gland=Mask((zones > 0).astype(np.int16), aff.copy(), dict(meta), labels={1: "gland"}),
                        zones=Mask(zones, aff.copy(), dict(meta), labels=dict(ZONE_LABELS)))
