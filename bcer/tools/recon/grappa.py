@@ -4,7 +4,8 @@ For uniform undersampling by R along Y, every missing line ``y0 + r`` (r = 1..R-
 the sampling lattice) is a linear combination, over all coils, of a ``kernel_y`` x
 ``kernel_x`` block of acquired points at rows ``y0 + R*j`` and columns ``x + dx``. The
 weights are fitted per slice on the fully sampled ACS block by Tikhonov-regularised least
-squares, ``W = (S^H S + lam * tr(S^H S)/K * I)^-1 S^H T``, batched over slices (no loop
+squares, ``W = (S^H S + ridge I)^-1 S^H T`` with ``ridge = lam tr(S^H S)/K + noise_ridge M
+sigma^2`` (M calibration rows, sigma^2 the k-space noise power), batched over slices (no loop
 over voxels: source blocks are gathered by shifting whole arrays, one shift per kernel
 offset). The filled k-space is combined by inverse FFT + root-sum-of-squares.
 """
@@ -27,12 +28,23 @@ _RESOURCES = {"num_cpus": 1, "memory_mb": 4096}
 
 class GrappaParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    kernel_y: int = Field(3, ge=2, le=6, description="acquired source lines per kernel "
-                          "(along phase encoding); the ACS block must span R*(kernel_y-1)+1 lines")
+    kernel_y: int | None = Field(None, ge=2, le=6, description="acquired source lines per kernel "
+                                 "(phase encoding); the ACS block must span R*(kernel_y-1)+1 lines. "
+                                 "None: 3 when the ACS has >= 5R lines (enough calibration rows), else 2")
     kernel_x: Literal[3, 5, 7, 9] = Field(5, description="source columns per kernel (readout, odd)")
     lam: float = Field(3e-4, ge=0.0, le=1.0, description="Tikhonov weight relative to the mean "
                        "eigenvalue of the calibration normal matrix (dominated by the k-space centre, so "
                        "keep it small)")
+    noise_ridge: float = Field(0.5, ge=0.0, le=100.0, description="extra ridge in units of the "
+                               "noise power the calibration rows carry (estimated from the readout edges)")
+
+
+def kernel_height(params: GrappaParams, sampling: Sampling) -> int:
+    """``kernel_y``, or the automatic choice: a third source line only pays when the ACS
+    leaves at least 3R calibration rows after the kernel span (else the fit overfits)."""
+    if params.kernel_y is not None:
+        return params.kernel_y
+    return 3 if sampling.n_acs >= 5 * sampling.R else 2
 
 
 def kernel_rows(kernel_y: int) -> np.ndarray:
@@ -54,8 +66,24 @@ def _gather(k: Any, rows: np.ndarray, row0: Any, cols: slice, hx: int, xp: Any) 
     return stacked.reshape(n, c * len(blocks), stacked.shape[-2], stacked.shape[-1])
 
 
-def calibrate(acs: Any, R: int, rows: np.ndarray, hx: int, lam: float, xp: Any) -> Any:
-    """GRAPPA weights (N, K, C*(R-1)) from the ACS block (N, C, X, L), K = C*ky*kx."""
+def noise_power(batch: Any, sampling: Sampling, xp: Any) -> Any:
+    """Per-slice noise power E|n|^2 of a k-space sample, (N,): robust (median) estimate from
+    the acquired samples in the outer sixteenth of the readout on each side, where the
+    signal has decayed; for complex Gaussian noise ``median(|n|^2) = ln 2 * E|n|^2``."""
+    n, c, x, _ = batch.shape
+    edge = max(1, x // 16)
+    lines = xp.asarray(np.flatnonzero(sampling.lines))
+    outer = xp.concatenate([batch[:, :, :edge], batch[:, :, x - edge:]], axis=2)[..., lines]
+    return xp.median(xp.abs(outer.reshape(n, -1)) ** 2, axis=1) / np.log(2.0)
+
+
+def calibrate(acs: Any, R: int, rows: np.ndarray, hx: int, lam: float, xp: Any,
+              noise: Any = None, noise_ridge: float = 0.0) -> Any:
+    """GRAPPA weights (N, K, C*(R-1)) from the ACS block (N, C, X, L), K = C*ky*kx.
+
+    The ridge is ``lam * tr(S^H S) / K + noise_ridge * M * noise``: the second term is what
+    noise of power ``noise`` (N,) in the M source rows adds to ``S^H S`` on average, so
+    the fit does not trust directions that noise alone could explain."""
     n, c, x, L = acs.shape
     anchors = xp.asarray(np.arange(-R * int(rows[0]), L - R * int(rows[-1])))
     src = _gather(acs, R * rows, anchors, slice(hx, x - hx), hx, xp)  # (N, K, Xv, P)
@@ -66,7 +94,10 @@ def calibrate(acs: Any, R: int, rows: np.ndarray, hx: int, lam: float, xp: Any) 
     Sh = S.conj().transpose(0, 2, 1)
     AhA, AhB = Sh @ S, Sh @ T
     scale = xp.real(xp.trace(AhA, axis1=1, axis2=2)) / K
-    reg = (lam * scale + 1e-12 * (scale == 0))[:, None, None] * xp.eye(K)[None]
+    ridge = lam * scale + 1e-12 * (scale == 0)
+    if noise is not None:
+        ridge = ridge + noise_ridge * S.shape[1] * noise
+    reg = ridge[:, None, None] * xp.eye(K)[None]
     return xp.linalg.solve(AhA + reg, AhB).astype(xp.complex64)
 
 
@@ -97,9 +128,10 @@ def grappa_core(batch: Any, sampling: Sampling, params: GrappaParams, xp: Any) -
     batch = batch * xp.asarray(sampling.mask2d, dtype=xp.complex64)
     if sampling.R == 1:
         return rss(ifft2c(batch, xp), xp), {}
-    rows, hx = kernel_rows(params.kernel_y), params.kernel_x // 2
+    rows, hx = kernel_rows(kernel_height(params, sampling)), params.kernel_x // 2
     a, b = sampling.acs
-    weights = calibrate(batch[..., a:b], sampling.R, rows, hx, params.lam, xp)
+    noise = noise_power(batch, sampling, xp) if params.noise_ridge > 0 else None
+    weights = calibrate(batch[..., a:b], sampling.R, rows, hx, params.lam, xp, noise, params.noise_ridge)
     filled = apply_kernel(batch, weights, sampling, rows, hx, xp)
     return rss(ifft2c(filled, xp), xp), {}
 
@@ -109,10 +141,11 @@ def _check_pattern(sampling: Sampling, params: GrappaParams, tool_name: str, x: 
         raise ToolError(ErrorCode.value_range, f"{tool_name} needs uniform Cartesian undersampling "
                         f"along Y (every R-th line plus a central ACS block)",
                         hint="use recon.sense (any Cartesian mask) or recon.zero_filled", arg="kspace.mask")
-    need = sampling.R * (params.kernel_y - 1) + 1
+    ky = kernel_height(params, sampling)
+    need = sampling.R * (ky - 1) + 1
     if sampling.R > 1 and (sampling.n_acs < need or x < params.kernel_x + 2):
         raise ToolError(ErrorCode.value_range, f"{tool_name}: the ACS block has {sampling.n_acs} lines "
-                        f"but kernel_y={params.kernel_y} at R={sampling.R} needs {need}",
+                        f"but kernel_y={ky} at R={sampling.R} needs {need}",
                         hint=f"lower kernel_y to {max(2, (sampling.n_acs - 1) // sampling.R + 1)}"
                         if sampling.n_acs >= sampling.R + 1 else "acquire more calibration lines",
                         arg="kernel_y")
@@ -125,8 +158,8 @@ def _grappa(kspace: KSpace, params: GrappaParams, cine: bool, tool_name: str, de
     xp = array_module(device)
     images, _ = run_batched(as_slices(data), xp, lambda b: grappa_core(b, sampling, params, xp))
     meta = {"method": "grappa", "coil_combine": "rss", "acceleration": sampling.R,
-            "acs_lines": sampling.n_acs, "kernel": [params.kernel_y, params.kernel_x],
-            "lam": params.lam, "n_coils": int(data.shape[0]), "device": device}
+            "acs_lines": sampling.n_acs, "kernel": [kernel_height(params, sampling), params.kernel_x],
+            "lam": params.lam, "noise_ridge": params.noise_ridge, "n_coils": int(data.shape[0]), "device": device}
     return to_artifact(images, kspace, data.shape, cine, meta)
 
 
