@@ -67,7 +67,13 @@ def bsa_mosteller(height_cm: float, weight_kg: float) -> float:
 
 
 def acdc_criteria(values: dict[str, Any]) -> dict[str, bool]:
-    """Which ACDC group definitions a set of truth values satisfies (one flag per group)."""
+    """Which ACDC group definitions a set of truth values satisfies (one flag per group).
+
+    Thresholds follow the ACDC challenge definitions (Bernard et al., IEEE TMI 2018): DCM
+    LVEF < 40 % with LV EDV index > 100 mL/m2; HCM normal LVEF (> 55 %) with ED wall
+    >= 15 mm or LV mass index >= 110 g/m2; MINF LVEF < 40 % with regional akinesia; RV
+    RV EDV index > 110 mL/m2 or RVEF < 40 % with a preserved LV; NOR none of these.
+    """
     ef, edvi = values["lv_ef_pct"], values["lv_edvi_ml_m2"]
     rv_edvi, rv_ef = values["rv_edvi_ml_m2"], values["rv_ef_pct"]
     rv_normal = rv_edvi <= 110 and rv_ef >= 40
@@ -102,6 +108,7 @@ def _draw_anatomy(group: str, rng: np.random.Generator, bsa: float) -> dict[str,
         "a0": a0, "L0": aspect * a0, "s_rad": s_rad, "s_long": s_long,
         "wall": rng.uniform(*g.wall), "septal_extra": rng.uniform(*g.septal_extra),
         "rv_scale": rng.uniform(*g.rv_scale), "rv_s": (1 - rv_ef) ** (1 / 3),
+        # RV size is set by the body, not the LV: the epicardial radius of a normal LV here
         "rv_ref": (75e3 * bsa / (0.8 * np.pi * 3.1)) ** (1 / 3) + 9.0,
         "es_phase": rng.uniform(0.32, 0.38), "akinesia": None,
     }
