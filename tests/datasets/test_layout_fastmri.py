@@ -137,3 +137,16 @@ def test_cine_kspace_is_rejected_with_a_hint(tmp_path):
     assert e.value.code is ErrorCode.shape and "cmrx" in e.value.hint and e.value.context["case"] == "cine"
     with pytest.raises(ToolError):
         write_fastmri(tmp_path / "x.h5", p.sequences["KSPACE"])
+
+
+def test_prostate_t2w_kspace_round_trip(tmp_path):
+    """fastMRI-prostate style: axial T2w k-space with its fully sampled reference image."""
+    p = make_kspace_case("pro_01", 4, "small", domain="prostate", R=4)
+    (c,) = fastmri.write([p], tmp_path)
+    ks, src = load_sequence(c.sequences["KSPACE"]), p.sequences["KSPACE"]
+    assert np.array_equal(ks.data, src.data) and np.array_equal(ks.affine, src.affine)
+    ref = load_sequence(SequenceRef.model_validate(c.ground_truth["references"]["KSPACE"]))
+    assert np.array_equal(ref.data, p.references["KSPACE"].data) and c.domain == "prostate"
+    assert spacing(ref.affine) == pytest.approx(p.references["KSPACE"].spacing)
+    with h5py.File(tmp_path / "pro_01.h5", "r") as f:
+        assert f.attrs["acquisition"] == "AXT2"
