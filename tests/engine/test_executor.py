@@ -41,8 +41,8 @@ def reflector(ray_local, tmp_path_factory):
 
     refl = Reflector()
     tmp = tmp_path_factory.mktemp("warm")
-    plan = sketch(*({"id": f"w{i}", "tool": "xtoy.step", "args": {"img": "@seq.T1", "sleep_s": 1.0}}
-                    for i in range(6)))
+    plan = sketch(*({"id": f"w{i}", "tool": "xtoy.step", "args": {"img": "@seq.T1", "sleep_s": 0.6}}
+                    for i in range(4)))
     assert run(tmp, make_case(tmp / "in", "warm"), plan, refl).status == "succeeded"
     return refl
 
