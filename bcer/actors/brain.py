@@ -48,7 +48,7 @@ MILESTONE_WORDS: dict[str, tuple[str, ...]] = {
     "bias_correction": ("bias", " n4", "inhomogeneit"),
     "segmentation": ("segment", "delineat", "contour", "label map", "outline"),
     "phase_detection": ("ed/es", "end-diastol", "end-systol", "end diastol", "end systol", "cardiac phase"),
-    "quantification": ("quantif", "measur", "volume", "feature", "ejection", " ef ", " ef,", "lvef",
+    "quantification": ("quantif", "measur", "volume", "feature", "ejection", " ef ", "lvef",
                        "function", "radiomic"),
     "detection": ("detect", "lesion", "finding"),
     "classification": ("classif", "grade", "grading", "hgg", "lgg", "pi-rads", "pirads", "diagnos",
@@ -76,16 +76,23 @@ def _related(a: str, b: str) -> bool:
     return n >= 3 and a[:n] == b[:n]
 
 
+def _says(text: str, word: str) -> bool:
+    """``word`` starts a word of ``text`` ("upsample" does not say "psa"); a trailing space
+    in ``word`` asks for the whole word ("ef " is not "efficient")."""
+    pat = r"(?<![a-z0-9])" + re.escape(word.strip()) + (r"(?![a-z0-9])" if word.endswith(" ") else "")
+    return re.search(pat, text) is not None
+
+
 def goal_milestones(goal: str) -> list[str]:
     """Milestones a goal text asks for, in the order of :data:`MILESTONE_WORDS`."""
-    text = f" {goal.lower()} "
-    return [m for m, words in MILESTONE_WORDS.items() if any(w in text for w in words)]
+    text = goal.lower()
+    return [m for m, words in MILESTONE_WORDS.items() if any(_says(text, w) for w in words)]
 
 
 def goal_domain(goal: str) -> str | None:
     """The one domain the goal names, or None (none or several)."""
-    text = f" {goal.lower()} "
-    hits = [d for d, words in DOMAIN_WORDS.items() if any(w in text for w in words)]
+    text = goal.lower()
+    hits = [d for d, words in DOMAIN_WORDS.items() if any(_says(text, w) for w in words)]
     return hits[0] if len(hits) == 1 else None
 
 
@@ -198,6 +205,8 @@ class _Builder:
         out = next((p for p in outs if p.name in (port, prefer_field)), outs[0])
         used: set[str] = set()
         inputs: list[tuple[str, _Opt]] = []
+        if spec.inputs and not any(p.required for p in spec.inputs):
+            return self._gatherer_option(spec, out, depth, visiting)
         ordered = sorted((p for p in spec.inputs if p.required), key=lambda p: p.name not in ANCHOR_PORTS)
         for p in ordered:
             canon = canonical_sequence(p.name)
@@ -219,6 +228,21 @@ class _Builder:
         if identity is not None and ident != identity and not (ident is None and identity not in self.canon.values()):
             return None
         return _Opt(out.kind, ident, tool=spec.name, inputs=tuple(inputs), field=out.name)
+
+    def _gatherer_option(self, spec: ToolSpec, out: Any, depth: int, visiting: frozenset[str]) -> _Opt | None:
+        """A tool whose inputs are all optional (a report, a classifier taking either of two
+        inputs) needs at least one: the cheapest to obtain; the rest are bound later if planned."""
+        subs = []
+        for p in spec.inputs:
+            canon = canonical_sequence(p.name)
+            sub = self.resolve(p.kind, p.name, canon, depth=depth + 1, visiting=visiting)
+            if sub is not None:
+                subs.append((self._cost(sub), len(subs), p.name, sub))
+        if not subs:
+            self.why_not.append(f"{spec.name} needs one of {[p.name for p in spec.inputs]}")
+            return None
+        _, _, name, sub = min(subs, key=lambda x: x[:2])
+        return _Opt(out.kind, None, tool=spec.name, inputs=((name, sub),), field=out.name)
 
     # ---- materialising ------------------------------------------------------------------
     def _new_id(self, tool: str) -> str:
