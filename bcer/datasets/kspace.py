@@ -42,6 +42,7 @@ import numpy as np
 
 from ..contracts.artifacts import Cine, Image, KSpace
 from ..contracts.errors import ErrorCode, ToolError
+from ..contracts.geometry import same_grid
 from .phantom import Phantom, Size
 
 log = logging.getLogger(__name__)
@@ -224,7 +225,7 @@ def make_kspace_case(case_id: str, seed: int, size: Size = "small", domain: str 
 
     Returns:
         Phantom with ``sequences={"KSPACE": KSpace}``, ``references={"KSPACE": clean image}``
-        (what an ideal reconstruction returns), the source labels, and
+        (what an ideal reconstruction returns), the source's label maps on that image's grid, and
         ``truth["kspace"]`` describing the acquisition.
     """
     src, img = _source_phantom(case_id, seed, size, domain, **kw)
@@ -239,5 +240,7 @@ def make_kspace_case(case_id: str, seed: int, size: Size = "small", domain: str 
     truth = dict(src.truth)
     truth["kspace"] = {k: v for k, v in ks.meta.items() if k != "fft"} | {"reference": "KSPACE",
                                                                           "fft": FFT_CONVENTION}
-    return Phantom(case_id, domain, {"KSPACE": ks}, dict(src.labels), dict(src.metadata), truth,
-                   {"KSPACE": clean})
+    # only label maps on the imaged grid describe the k-space case (prostate has ADC-grid ones too)
+    labels = {k: m for k, m in src.labels.items()
+              if same_grid(m.affine, m.shape, clean.affine, clean.shape)}
+    return Phantom(case_id, domain, {"KSPACE": ks}, labels, dict(src.metadata), truth, {"KSPACE": clean})
