@@ -70,10 +70,12 @@ def _check(adc: Image, dwi: Image, gland: Mask, zones: Mask | None, t2w: Image |
     require_same_grid(adc, dwi, "adc", "dwi")
     require_ndim(gland, 3, "gland")
     require_nonempty(gland, "gland")
-    for name, other in (("zones", zones), ("t2w", t2w)):
-        if other is not None:
-            require_volume(other, name) if name == "t2w" else require_ndim(other, 3, name)
-            require_same_grid(gland, other, "gland", name)
+    if zones is not None:
+        require_ndim(zones, 3, "zones")
+        require_same_grid(gland, zones, "gland", "zones")
+    if t2w is not None:
+        require_volume(t2w, "t2w")
+        require_same_grid(gland, t2w, "gland", "t2w")
     if transform is None:
         return np.eye(4)
     m = np.asarray(transform.matrix, dtype=np.float64)
