@@ -274,9 +274,11 @@ def test_cpu_only_cluster_gpu_fallback_and_gpu_only_fails_fast(ray_local, tmp_pa
 
 
 @pytest.mark.parametrize("hostile", ["../../etc/passwd", "/etc/passwd", "file:///etc/shadow", "~/x",
-                                     "@seq.T1", "a\x00b"])
+                                     "@seq.T1", "a\x00b", "esc/passwd"])
 def test_hostile_path_params_rejected_with_sandbox(ray_local, tmp_path, reflector, hostile):
     case = make_case(tmp_path / "in")
+    (tmp_path / "out" / case.id).mkdir(parents=True)
+    (tmp_path / "out" / case.id / "esc").symlink_to("/etc")  # a symlink escaping the output folder
     plan = sketch({"id": "w", "tool": "xtoy.writer", "args": {"img": "@seq.T1", "out_path": "ok.txt"}})
     wf = compile_plan(plan, case)
     wf.node("w").params["out_path"] = hostile  # as if a patch or plan slipped it past the compiler
