@@ -38,8 +38,8 @@ class RegisterParams(BaseModel):
     iterations: int = Field(200, ge=1, le=5000, description="max optimizer iterations per level")
     learning_rate: float = Field(1.0, gt=0.0, le=100.0, description="initial step (mm-scaled)")
     min_step: float = Field(1e-4, gt=0.0, le=1.0, description="stop when the step falls below this")
-    initializer: Literal["moments", "geometry"] = Field(
-        "moments", description="centred initializer: intensity moments or grid centres")
+    initializer: Literal["both", "moments", "geometry"] = Field(
+        "both", description="centred initializer: intensity moments, grid centres, or both (keep the better)")
     seed: int = Field(0, ge=0, description="seed of the metric's random sampling (reproducible runs)")
 
 
@@ -67,24 +67,20 @@ def _normalised(data: np.ndarray, affine: np.ndarray) -> sitk.Image:
     return to_sitk(np.clip((d - lo) / max(hi - lo, 1e-6), 0.0, 1.0), affine)
 
 
-def _register(fixed: Image, moving: Image, mask: Mask | None, p: RegisterParams,
-              kind: Literal["rigid", "affine"]) -> Registration:
-    fdata = require_volume(fixed, "fixed")
-    mdata = require_volume(moving, "moving")
-    _check_levels(p)
-    f_img, m_img = _normalised(fdata, fixed.affine), _normalised(mdata, moving.affine)
+def _run(f_img: sitk.Image, m_img: sitk.Image, f_mask: sitk.Image | None, p: RegisterParams,
+         kind: str, init: str) -> tuple[sitk.Transform, dict]:
+    """One multi-resolution registration from one centred initialisation."""
     base = sitk.Euler3DTransform() if kind == "rigid" else sitk.AffineTransform(3)
-    init_mode = (sitk.CenteredTransformInitializerFilter.MOMENTS if p.initializer == "moments"
-                 else sitk.CenteredTransformInitializerFilter.GEOMETRY)
-    tx = sitk.CenteredTransformInitializer(f_img, m_img, base, init_mode)
+    mode = (sitk.CenteredTransformInitializerFilter.MOMENTS if init == "moments"
+            else sitk.CenteredTransformInitializerFilter.GEOMETRY)
+    tx = sitk.CenteredTransformInitializer(f_img, m_img, base, mode)
     reg = sitk.ImageRegistrationMethod()
     reg.SetMetricAsMattesMutualInformation(numberOfHistogramBins=p.histogram_bins)
     reg.SetMetricSamplingStrategy(reg.RANDOM)
-    reg.SetMetricSamplingPercentage(p.sampling_fraction, p.seed)
-    if mask is not None:
-        require_same_grid(fixed, mask, "fixed", "mask")
-        require_nonempty(mask, "mask")
-        reg.SetMetricFixedMask(to_sitk((np.asarray(mask.data) > 0).astype(np.uint8), mask.affine))
+    # SimpleITK reads seed 0 as "seed from the wall clock": shift by one to stay reproducible.
+    reg.SetMetricSamplingPercentage(p.sampling_fraction, p.seed + 1)
+    if f_mask is not None:
+        reg.SetMetricFixedMask(f_mask)
     reg.SetInterpolator(sitk.sitkLinear)
     reg.SetOptimizerAsRegularStepGradientDescent(learningRate=p.learning_rate, minStep=p.min_step,
                                                  numberOfIterations=p.iterations,
@@ -95,13 +91,46 @@ def _register(fixed: Image, moving: Image, mask: Mask | None, p: RegisterParams,
     reg.SmoothingSigmasAreSpecifiedInPhysicalUnitsOn()
     reg.SetInitialTransform(tx, inPlace=True)
     final = reg.Execute(f_img, m_img)
+    return final, {"init": init, "iterations": int(reg.GetOptimizerIteration()),
+                   "stop": reg.GetOptimizerStopConditionDescription(),
+                   "metric": _full_metric(f_img, m_img, f_mask, final, p.histogram_bins)}
+
+
+def _full_metric(f_img: sitk.Image, m_img: sitk.Image, f_mask: sitk.Image | None,
+                 tx: sitk.Transform, bins: int) -> float:
+    """Mattes MI at full resolution over every fixed voxel: a fair score between candidates."""
+    reg = sitk.ImageRegistrationMethod()
+    reg.SetMetricAsMattesMutualInformation(numberOfHistogramBins=bins)
+    reg.SetMetricSamplingStrategy(reg.NONE)
+    if f_mask is not None:
+        reg.SetMetricFixedMask(f_mask)
+    reg.SetInterpolator(sitk.sitkLinear)
+    reg.SetInitialTransform(tx, inPlace=False)
+    return float(reg.MetricEvaluate(f_img, m_img))
+
+
+def _register(fixed: Image, moving: Image, mask: Mask | None, p: RegisterParams,
+              kind: Literal["rigid", "affine"]) -> Registration:
+    fdata = require_volume(fixed, "fixed")
+    mdata = require_volume(moving, "moving")
+    _check_levels(p)
+    f_img, m_img = _normalised(fdata, fixed.affine), _normalised(mdata, moving.affine)
+    f_mask = None
+    if mask is not None:
+        require_same_grid(fixed, mask, "fixed", "mask")
+        require_nonempty(mask, "mask")
+        f_mask = to_sitk((np.asarray(mask.data) > 0).astype(np.uint8), mask.affine)
+    inits = ["moments", "geometry"] if p.initializer == "both" else [p.initializer]
+    # Mutual information has local optima; starting from both centrings and keeping the
+    # better full-resolution metric removes most gross failures for twice the time.
+    runs = [_run(f_img, m_img, f_mask, p, kind, init) for init in inits]
+    final, best = min(runs, key=lambda r: r[1]["metric"])
     matrix = transform_to_ras(final)
     if not np.all(np.isfinite(matrix)):
         raise ToolError(ErrorCode.numeric, f"{kind} registration diverged (non-finite transform)",
                         hint="lower learning_rate or use initializer='geometry'")
-    meta = {"method": f"sitk.{kind}.mattes_mi", "metric": float(reg.GetMetricValue()),
-            "iterations": int(reg.GetOptimizerIteration()),
-            "stop": reg.GetOptimizerStopConditionDescription(), "levels": len(p.shrink_factors)}
+    meta = {"method": f"sitk.{kind}.mattes_mi", **best, "levels": len(p.shrink_factors),
+            "candidates": {r[1]["init"]: r[1]["metric"] for r in runs}}
     log.debug("register.%s: %s", kind, meta)
     transform = Transform(matrix, kind, np.array(fixed.affine, dtype=np.float64), meta)
     resampled = _apply(mdata, moving.affine, transform, fixed, "linear", 0.0)
