@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..contracts.artifacts import Cine, Image, Mask
+from ..contracts.artifacts import Cine, Image
 from ..contracts.errors import ErrorCode, ToolError
 from .degrade import downsample_through_plane, rician_noise
 from .phantom import Phantom, Size
@@ -97,13 +97,10 @@ def make_denoise_case(case_id: str, seed: int, size: Size = "small", domain: str
     return ph
 
 
-def _trim(art: Any, n: int, axis: int) -> Any:
-    idx = [slice(None)] * np.ndim(art.data)
+def _trim(img: Image, n: int, axis: int) -> Image:
+    idx = [slice(None)] * img.data.ndim
     idx[axis] = slice(0, n)
-    data = np.asarray(art.data)[tuple(idx)]
-    if isinstance(art, Mask):
-        return Mask(data, np.array(art.affine), dict(art.meta), labels=dict(art.labels))
-    return type(art)(data, np.array(art.affine), dict(art.meta))
+    return Image(np.asarray(img.data)[tuple(idx)], np.array(img.affine), dict(img.meta))
 
 
 def make_superres_case(case_id: str, seed: int, size: Size = "small", domain: str = "brain",
@@ -111,8 +108,8 @@ def make_superres_case(case_id: str, seed: int, size: Size = "small", domain: st
     """A thick-slice case for the SuperRes task.
 
     Each image sequence is cut to a whole number of ``factor``-slice slabs along ``axis``
-    (the reference), then slab-averaged (the input). Label maps on a reference grid are cut
-    the same way, so they stay aligned with the reference.
+    (the reference), then slab-averaged (the input). Label maps are dropped: they would lie
+    on the reference grid, not on the inputs (``truth["superres"]["labels_dropped"]``).
 
     Returns:
         The phantom with low-res sequences (``factor`` times thicker along ``axis``);
@@ -126,21 +123,20 @@ def make_superres_case(case_id: str, seed: int, size: Size = "small", domain: st
     ph = _clean_phantom(domain, case_id, seed, size, **kw)
     info: dict[str, Any] = {"factor": int(factor), "axis": int(axis), "target_affine": {},
                             "input_nrmse": {}}
-    target_spacing, target_shape, cut_grids = {}, {}, {}
+    target_spacing, target_shape = {}, {}
     for name, img in _volumes(ph, (Image,)).items():
         n = (img.shape[axis] // factor) * factor
         hi = _trim(img, n, axis)
         lo = downsample_through_plane(hi, factor, axis)
         ph.references[name], ph.sequences[name] = hi, lo
-        cut_grids[(img.shape, img.affine.tobytes())] = n
         target_spacing[name] = [float(s) for s in hi.spacing]
         target_shape[name] = list(hi.shape)
         info["target_affine"][name] = hi.affine.tolist()
         info["input_nrmse"][name] = nrmse(np.repeat(lo.data, factor, axis=axis), hi.data)
-    for lname, mask in list(ph.labels.items()):
-        n = cut_grids.get((mask.shape, np.asarray(mask.affine).tobytes()))
-        if n is not None:
-            ph.labels[lname] = _trim(mask, n, axis)
+    # Label maps lie on the high-res grid, not on the inputs: a case whose labels disagree
+    # with its sequences fails validate_case_shapes, so they are dropped (names recorded).
+    info["labels_dropped"] = sorted(ph.labels)
+    ph.labels = {}
     ph.metadata = {**ph.metadata, "degradation": "thick_slices", "target_spacing": target_spacing,
                    "target_shape": target_shape}
     ph.truth = {**ph.truth, "task": "superres", "superres": info}

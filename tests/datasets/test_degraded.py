@@ -59,8 +59,21 @@ def test_superres_geometry_and_truth(thick):
         centre_hi = vox2world(hi.affine, [[3, 5, 4 * 2 + k] for k in range(4)]).mean(axis=0)
         np.testing.assert_allclose(vox2world(lo.affine, [3, 5, 2]), centre_hi, atol=1e-9)
         assert info["input_nrmse"][name] > 0.05
-    seg, hi = thick.labels["seg"], thick.references["T1"]
-    assert seg.shape == hi.shape and np.allclose(seg.affine, hi.affine)
+    assert thick.labels == {} and info["labels_dropped"] == ["brain", "seg"]
+
+
+def test_degraded_cases_round_trip_through_brats(noisy, thick, tmp_path):
+    from bcer.contracts.case import SequenceRef
+    from bcer.datasets.layouts import brats
+    from bcer.tools.io import load_sequence
+
+    for ph in (noisy, thick):
+        (case,) = brats.write([ph], tmp_path / ph.case_id)
+        for name, ref in case.ground_truth["references"].items():
+            back = load_sequence(SequenceRef.model_validate(ref))
+            assert np.array_equal(back.data, ph.references[name].data)
+            np.testing.assert_allclose(back.affine, ph.references[name].affine, atol=1e-5)
+        assert load_sequence(case.sequences["T2"]).shape == ph.sequences["T2"].shape
 
 
 def test_other_domains_when_available():
