@@ -25,7 +25,6 @@ from ..contracts.case import Case
 from ..contracts.errors import ErrorCode, ToolError
 from ..contracts.task import TaskContract
 from ..contracts.workflow import Workflow
-from .binder import runtime_values
 from .noderun import load_sequence_task, run_node
 from .trace import TraceWriter, call_hooks
 
@@ -172,4 +171,4 @@ def run_case_workflow(workflow: Workflow, case: Case, ctx: RunContext, *,
     return outcome
 
 
-__all__ = ["CaseOutcome", "RunContext", "error_from_ray", "run_case_workflow", "runtime_values"]
+__all__ = ["CaseOutcome", "RunContext", "error_from_ray", "run_case_workflow"]
