@@ -89,6 +89,24 @@ def _run_task(task: str, cases: list[Case], out: Path, address: str | None, seed
     return {"task": task, "rows": rows, "wall_s": round(time.time() - t0, 2), "out": str(cfg.out)}
 
 
+def run_task_cases(cases: dict[str, list[Case]], out: str | Path, address: str | None = None, seed: int = 0,
+                   max_in_flight: int = 2, on_case_done: Callable[[dict], None] | None = None
+                   ) -> list[dict[str, Any]]:
+    """Run every task's cases on Ray, one cohort per task, all tasks concurrently.
+
+    Returns:
+        Per task ``{"task", "rows", "wall_s", "out"}``; each row carries SR/TCR, the error
+        and the case's quality metrics. Cohort outputs go to ``OUT/runs/<task>``.
+    """
+    from ..engine.compiler import resolve_registry
+
+    resolve_registry()  # import every tool module once, before the task threads plan concurrently
+    with ThreadPoolExecutor(max_workers=max(1, len(cases)), thread_name_prefix="bcer-bench") as pool:
+        futures = [pool.submit(_run_task, t, cs, Path(out), address, seed, max_in_flight, on_case_done)
+                   for t, cs in cases.items()]
+        return [f.result() for f in futures]
+
+
 def task_summary(contract: TaskContract, rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     """Cases, SR, TCR (means over cases), quality means with thresholds, median wall per case."""
     n = len(rows)
@@ -126,7 +144,6 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
         ``{"config", "tasks": {id: summary}, "cases": [rows], "total_wall_s", "synth_s"}``.
     """
     from ..engine.cluster import ensure_ray
-    from ..engine.compiler import resolve_registry
 
     ids = resolve_tasks(tasks)
     if size not in ("small", "full"):
@@ -140,12 +157,8 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
     cases = {t: _cases_for(t, n_cases, out, size, Path(data) if data else None, seed) for t in ids}
     synth_s = time.time() - t0
     resources = ensure_ray(address)
-    resolve_registry()  # import every tool module once, before the task threads plan concurrently
     t1 = time.time()
-    with ThreadPoolExecutor(max_workers=len(ids), thread_name_prefix="bcer-bench") as pool:
-        futures = [pool.submit(_run_task, t, cases[t], out, address, seed, max_in_flight, on_case_done)
-                   for t in ids]
-        results = [f.result() for f in futures]
+    results = run_task_cases(cases, out, address, seed, max_in_flight, on_case_done)
     run_s = time.time() - t1
     summary = {r["task"]: task_summary(load_contract(r["task"]), r["rows"], r["wall_s"]) for r in results}
     report = {
@@ -161,4 +174,4 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
     return report
 
 
-__all__ = ["BENCH_FILE", "resolve_tasks", "run_bench", "task_summary"]
+__all__ = ["BENCH_FILE", "resolve_tasks", "run_bench", "run_task_cases", "task_summary"]
