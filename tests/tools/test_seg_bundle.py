@@ -107,3 +107,70 @@ def test_wrong_channel_count_is_a_shape_error(tiny: Path) -> None:
     with pytest.raises(ToolError) as e:
         B.run_bundle(str(tiny), np.zeros((2, 16, 16, 1), np.float32))
     assert e.value.code == ErrorCode.shape
+
+
+def test_inputs_on_another_grid_are_resampled_to_the_bundle_pixdim(tmp_path: Path) -> None:
+    B.clear_cache()
+    root = _make_bundle(tmp_path / "px")
+    meta_path = root / "configs" / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    meta["bcer"]["pixdim"] = [2.0, 2.0]
+    meta_path.write_text(json.dumps(meta))
+    x = np.random.default_rng(2).normal(10, 2, (1, 30, 26, 2)).astype(np.float32)
+    bundle = B.load_bundle(root)
+    assert bundle.pixdim == (2.0, 2.0)
+    assert B._zoom_shape((30, 26, 2), (1.0, 1.0, 5.0), bundle.pixdim) == (15, 13, 2)
+    assert B._zoom_shape((30, 26, 2), (2.04, 1.98, 5.0), bundle.pixdim) == (30, 26, 2)  # within 5 %
+    labels, _ = B.run_bundle(str(root), x, spacing=(1.0, 1.0, 5.0), roi_size=16)
+    assert labels.shape == (30, 26, 2)
+    assert set(np.unique(labels)) <= {0, 1, 4}
+
+
+SHIPPED = Path(__file__).resolve().parents[2] / "bcer" / "assets" / "bundles" / "cardiac_unet2d"
+HELD_OUT_SEED = 9000  # scripts/train_bundle.py evaluates on seeds 9000+, trains on 1000+
+
+
+def test_shipped_bundle_metadata_and_size() -> None:
+    meta = json.loads((SHIPPED / "configs" / "metadata.json").read_text())
+    metrics = json.loads((SHIPPED / "metrics.json").read_text())
+    lo, hi = meta["training"]["train_seeds"]
+    assert not lo <= HELD_OUT_SEED <= hi
+    assert metrics["held_out_seeds"][0] == HELD_OUT_SEED
+    assert min(metrics["mean_dice"].values()) >= 0.8
+    size = sum(f.stat().st_size for f in SHIPPED.rglob("*") if f.is_file())
+    assert size <= 5 * 2**20
+
+
+def test_shipped_bundle_through_seg_cardiac_on_a_held_out_phantom() -> None:
+    from bcer.datasets.cardiac import make_cardiac
+    from bcer.tools.registry import call_tool
+    from bcer.tools.seg._common import dice
+
+    B.clear_cache()
+    ph = make_cardiac("held_out", HELD_OUT_SEED, size="small", group="NOR")
+    cine = ph.sequences["CINE"]
+    params = {"bundle_dir": str(SHIPPED), "roi_size": 64}
+    out = call_tool("seg.cardiac", {"cine": cine}, params)["labels"]
+    truth = np.asarray(ph.labels["seg"].data)
+    assert out.data.shape == cine.data.shape and out.meta["method"] == "monai_bundle"
+    np.testing.assert_array_equal(out.affine, cine.affine)
+    for k in (1, 2, 3):
+        d = dice(out.data == k, truth == k)
+        assert d >= 0.8, f"label {k}: Dice {d:.3f}"
+    # A second call in the same process reuses the loaded network.
+    call_tool("seg.cardiac", {"cine": cine}, params)
+    info = B.cache_info()
+    assert (info.misses, info.hits) == (1, 1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_and_cpu_bundle_paths_agree() -> None:
+    from bcer.datasets.cardiac import make_cardiac
+
+    cine = make_cardiac("gpu", HELD_OUT_SEED, size="small", group="NOR").sequences["CINE"]
+    x, y, z, t = cine.data.shape
+    flat = np.asarray(cine.data, np.float32).reshape(1, x, y, z * t)
+    cpu, _ = B.run_bundle(str(SHIPPED), flat, cine.spacing, device="cpu")
+    gpu, meta = B.run_bundle(str(SHIPPED), flat, cine.spacing, device="cuda")
+    assert meta["device"] == "cuda"
+    assert np.mean(cpu == gpu) >= 0.999  # argmax ties may flip a few voxels in float32
