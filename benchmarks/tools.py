@@ -1,7 +1,8 @@
 """Tool benchmark: wall time of every registered tool on phantom inputs, plus classifier accuracy.
 
     python benchmarks/tools.py [--size full|small] [--timeout 240] [--repeats 1]
-                               [--tools name,...] [--accuracy] [--out benchmarks/results/tools.json]
+                               [--tools name,...] [--accuracy | --accuracy-only]
+                               [--out benchmarks/results/tools.json]
 
 Inputs come from the phantom generators (``--size full`` by default) or from other tools run
 on them (e.g. ``classify.cardiac_acdc`` gets ``quant.cardiac_function`` of the ground-truth
@@ -9,8 +10,10 @@ labels); building them is not timed. Each tool then runs in a forked child proce
 shared copy-on-write) with a wall-clock limit; a tool that does not finish at full size
 within ``--timeout`` seconds is recorded as such and timed again at ``small``, the largest
 size that fits on a small shared machine. Tools without an input recipe here are listed as
-skipped. ``--accuracy`` adds the ACDC classification accuracy over 50 phantoms (10 per group)
-from ground-truth labels and from ``seg.cardiac`` labels.
+skipped. ``--accuracy`` adds classifier accuracy on small phantoms: ACDC over 50 cases (10
+per group) from ground-truth and ``seg.cardiac`` labels; prostate lesion detection/PI-RADS over
+10 misaligned cases with the true and the ``register.rigid`` transform; glioma grade over 20
+cases from ground-truth and ``seg.brain_tumor`` labels.
 """
 from __future__ import annotations
 
@@ -236,6 +239,61 @@ def acdc_accuracy(n_per_group: int = 10, with_seg: bool = True) -> dict[str, Any
     return out
 
 
+def _box_iou(a: Any, b: Any) -> float:
+    lo, hi = np.maximum(a[0], b[0]), np.minimum(a[1], b[1])
+    inter = float(np.prod(np.clip(np.subtract(hi, lo), 0, None)))
+    return inter / (float(np.prod(np.subtract(a[1], a[0]))) + float(np.prod(np.subtract(b[1], b[0]))) - inter)
+
+
+def prostate_accuracy(n: int = 10) -> dict[str, Any]:
+    """Lesion detection (box IoU >= 0.5 and side), false candidates and PI-RADS accuracy over
+    small misaligned prostate phantoms, with the true transform and with ``register.rigid``'s."""
+    from bcer.datasets.prostate import make_prostate
+
+    out: dict[str, Any] = {"n_cases": n, "size": "small"}
+    for src in ("truth_transform", "register.rigid"):
+        found_ok, cat_ok, lesions, max_false, t0 = 0, 0, 0, 0, time.perf_counter()
+        for s in range(n):
+            ph = make_prostate(f"acc{s}", 2000 + s, "small", misalign=True)
+            seq = ph.sequences
+            tx = (Transform(np.array(ph.truth["misalignment"]["matrix"])) if src == "truth_transform" else
+                  call_tool("register.rigid", {"fixed": seq["T2w"], "moving": seq["ADC"]})["transform"])
+            f = call_tool("detect.prostate_lesions", {"adc": seq["ADC"], "dwi": seq["DWI"], "gland": ph.labels["gland"],
+                                                      "zones": ph.labels["zones"], "t2w": seq["T2w"],
+                                                      "transform": tx})["findings"]
+            c = call_tool("classify.pirads", {"findings": f})["classification"]
+            used = set()
+            for les in ph.truth["lesions"]:
+                lesions += 1
+                best = max(f.items, key=lambda it: _box_iou(it.box_voxel, les["box_voxel"]), default=None)
+                if best is not None and _box_iou(best.box_voxel, les["box_voxel"]) >= 0.5:
+                    used.add(best.id)
+                    found_ok += best.side == les["side"]
+                    cat_ok += int(c.scores[best.id]) == les["category"]
+            max_false = max(max_false, len(f.items) - len(used))
+        out[src] = {"lesions": lesions, "found_iou50_right_side": found_ok / max(lesions, 1),
+                    "pirads_accuracy": cat_ok / max(lesions, 1), "max_false_candidates_per_case": max_false,
+                    "seconds": round(time.perf_counter() - t0, 1)}
+        log.info("prostate (%s): %s", src, out[src])
+    return out
+
+
+def glioma_accuracy(n_per_grade: int = 10) -> dict[str, Any]:
+    """classify.glioma_grade accuracy from truth labels and from seg.brain_tumor labels."""
+    from bcer.datasets.brain import make_brain
+
+    res: dict[str, list[bool]] = {"truth": [], "seg.brain_tumor": []}
+    for s in range(n_per_grade):
+        for grade in ("HGG", "LGG"):
+            ph = make_brain(f"acc{s}", 3000 + s, "small", grade=grade)
+            seg = call_tool("seg.brain_tumor", {"t1": ph.sequences["T1"], "t1c": ph.sequences["T1c"],
+                                                "t2": ph.sequences["T2"], "flair": ph.sequences["FLAIR"]})["labels"]
+            for src, labels in (("truth", ph.labels["seg"]), ("seg.brain_tumor", seg)):
+                feats = call_tool("quant.roi_features", {"image": ph.sequences["T1c"], "mask": labels})["features"]
+                res[src].append(call_tool("classify.glioma_grade", {"features": feats})["classification"].label == grade)
+    return {"n": 2 * n_per_grade, "size": "small", **{k: float(np.mean(v)) for k, v in res.items()}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="full", choices=["full", "small"])
@@ -243,9 +301,18 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--tools", default="", help="comma-separated tool names (default: every registered tool)")
     ap.add_argument("--accuracy", action="store_true", help="add the 50-case ACDC accuracy")
+    ap.add_argument("--accuracy-only", action="store_true",
+                    help="recompute only the accuracy sections of an existing --out file")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "tools.json"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.accuracy_only:
+        path = Path(args.out)
+        doc = json.loads(path.read_text()) if path.exists() else {"benchmark": "tools"}
+        doc.update(acdc_accuracy=acdc_accuracy(), prostate_accuracy=prostate_accuracy(),
+                   glioma_accuracy=glioma_accuracy())
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+        return
     names = [s.name for s in list_tools()]
     if args.tools:
         names = [n for n in names if n in set(args.tools.split(","))]
@@ -263,6 +330,8 @@ def main() -> None:
            "total_s": round(time.perf_counter() - t0, 1)}
     if args.accuracy:
         doc["acdc_accuracy"] = acdc_accuracy()
+        doc["prostate_accuracy"] = prostate_accuracy()
+        doc["glioma_accuracy"] = glioma_accuracy()
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2) + "\n")
