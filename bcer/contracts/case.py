@@ -32,6 +32,9 @@ class Case(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     ground_truth: dict[str, Any] | None = None
     layout: str | None = None
+    # typed errors (ToolError.to_dict()) found while reading a cohort leniently: the case is
+    # kept as a row that is rejected with its first issue instead of stopping the whole read
+    issues: list[dict[str, Any]] = Field(default_factory=list)
 
     @property
     def root_path(self) -> Path:

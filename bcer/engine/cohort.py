@@ -83,6 +83,12 @@ def _flat_row(row: dict[str, Any]) -> dict[str, Any]:
 
 def admit_case(case: Case, contract: TaskContract | None) -> None:
     """Reject, with a typed reason, a case the contract cannot accept (before any planning)."""
+    if case.issues:
+        first = case.issues[0]
+        raise ToolError(first.get("code", "schema"), first.get("message", "unreadable case"), first.get("hint", ""),
+                        **{k: v for k, v in first.get("context", {}).items() if k != "case"}, case=case.id)
+    if contract is None:
+        return
     if contract is None:
         return
     if contract.domain not in ("any", case.domain) and case.domain != "unknown":

@@ -41,6 +41,16 @@ def detect_layout(root: str | Path) -> str:
                     hint=f"name it with --layout; known: {sorted(layouts())}", file=str(root))
 
 
-def read_dataset(root: str | Path, layout: str | None = None):
-    """Read every case under ``root`` (layout detected unless named)."""
-    return get_layout(layout or detect_layout(root)).read(Path(root))
+def read_dataset(root: str | Path, layout: str | None = None, strict: bool = False):
+    """Read every case under ``root`` (layout detected unless named).
+
+    With ``strict=False`` (cohorts) a case that fails its header checks is kept with its typed
+    error in ``Case.issues``, so it becomes a rejected row while the others run.
+    """
+    from ._common import lenient_read
+
+    mod = get_layout(layout or detect_layout(root))
+    if strict:
+        return mod.read(Path(root))
+    with lenient_read():
+        return mod.read(Path(root))

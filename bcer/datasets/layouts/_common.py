@@ -15,6 +15,9 @@ with every ref a ``SequenceRef`` dict holding an absolute path.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import json
 import logging
 import re
@@ -202,3 +205,34 @@ def list_case_dirs(root: Path, pattern: str) -> list[Path]:
     """Sorted sub-folders of ``root`` whose names match ``pattern`` (a full regex)."""
     rx = re.compile(pattern)
     return sorted(p for p in Path(root).iterdir() if p.is_dir() and rx.fullmatch(p.name))
+
+
+_STRICT: contextvars.ContextVar[bool] = contextvars.ContextVar("bcer_strict_read", default=True)
+
+
+@contextlib.contextmanager
+def lenient_read():
+    """Within this block, a layout's ``read`` keeps a case that fails its checks as a Case
+    carrying ``issues`` (so one corrupt case becomes a failed row, not a failed cohort)."""
+    token = _STRICT.set(False)
+    try:
+        yield
+    finally:
+        _STRICT.reset(token)
+
+
+def read_each(items, read_one, case_id, root_of, *, domain: str = "unknown", layout: str | None = None) -> list[Case]:
+    """``[read_one(item) for item in items]``, strict by default; under ``lenient_read()`` a
+    ToolError becomes a placeholder Case with the error in ``issues``."""
+    cases = []
+    for item in items:
+        try:
+            cases.append(read_one(item))
+        except ToolError as e:
+            if _STRICT.get():
+                raise
+            cid = sanitize_case_id(str(case_id(item)))
+            log.warning("case %s cannot be read: %s", cid, e)
+            cases.append(Case(id=cid, root=str(Path(root_of(item)).resolve()), domain=domain, layout=layout,
+                              issues=[e.with_context(case=cid).to_dict()]))
+    return cases

@@ -23,7 +23,8 @@ from ...contracts.artifacts import Mask
 from ...contracts.case import Case, SequenceRef
 from ...contracts.errors import ErrorCode, ToolError
 from ..phantom import Phantom
-from ._common import nifti_header, read_truth, ref_for, validate_case_shapes, write_truth, write_volume
+from ._common import (nifti_header, read_each, read_truth, ref_for,
+                      validate_case_shapes, write_truth, write_volume)
 
 log = logging.getLogger(__name__)
 
@@ -213,4 +214,4 @@ def read(root: Path) -> list[Case]:
     if not dirs:
         raise ToolError(ErrorCode.input_missing, f"no ACDC patient folders under {root}",
                         hint="expected patientNNN/Info.cfg and patientNNN_4d.nii.gz", file=str(root))
-    return [_read_case(d) for d in dirs]
+    return read_each(dirs, _read_case, lambda d: d.name, lambda d: d, domain="cardiac", layout=NAME)

@@ -36,7 +36,8 @@ from ...contracts.errors import ErrorCode, ToolError
 from ...contracts.sequences import canonical_sequence
 from ...tools.io import atomic_write_bytes, write_json
 from ..phantom import Phantom
-from ._common import read_truth, ref_for, sanitize_case_id, validate_case_shapes, write_truth, write_volume
+from ._common import (read_each, read_truth, ref_for, sanitize_case_id,
+                      validate_case_shapes, write_truth, write_volume)
 
 log = logging.getLogger(__name__)
 
@@ -277,4 +278,5 @@ def read(root: Path) -> list[Case]:
         raise ToolError(ErrorCode.input_missing, f"no BIDS subjects (sub-*) under {root}",
                         hint="expected sub-XX/anat/sub-XX_T1w.nii.gz", file=str(root))
     participants = _participants(root)
-    return [_read_subject(root, cid, d, participants) for cid, d in sessions]
+    return read_each(sessions, lambda x: _read_subject(root, x[0], x[1], participants), lambda x: x[0],
+                     lambda x: x[1], layout=NAME)

@@ -19,7 +19,8 @@ from ...contracts.case import Case, SequenceRef
 from ...contracts.errors import ErrorCode, ToolError
 from ...contracts.sequences import canonical_sequence
 from ..phantom import Phantom
-from ._common import read_truth, ref_for, sanitize_case_id, validate_case_shapes, write_truth, write_volume
+from ._common import (read_each, read_truth, ref_for, sanitize_case_id,
+                      validate_case_shapes, write_truth, write_volume)
 
 log = logging.getLogger(__name__)
 
@@ -169,4 +170,5 @@ def read(root: Path) -> list[Case]:
     if _is_case_dir(root):  # the csv sits at the dataset root, above HGG/ and LGG/
         top = root.parent.parent if root.parent.name in _GRADE_DIRS else root.parent
     survival = _survival(top)
-    return [_read_case(d, grade, survival) for d, grade in dirs]
+    return read_each(dirs, lambda x: _read_case(x[0], x[1], survival), lambda x: x[0].name,
+                     lambda x: x[0], domain="brain", layout=NAME)

@@ -25,7 +25,7 @@ from ...contracts.case import Case, SequenceRef
 from ...contracts.errors import ErrorCode, ToolError
 from ...tools.io.cmrx import kspace_shape, write_cmrx_kspace, write_cmrx_mask
 from ..phantom import Phantom
-from ._common import nifti_header, read_truth, write_truth, write_volume
+from ._common import nifti_header, read_each, read_truth, write_truth, write_volume
 
 log = logging.getLogger(__name__)
 
@@ -166,4 +166,6 @@ def read(root: Path) -> list[Case]:
                         hint=f"expected {SUBDIR}/AccFactorNN/PNNN/{SAX}", file=str(root))
     full = {d.name: d / SAX for d, acc in dirs if acc is None and (d / SAX).exists()}
     undersampled = {d.name for d, acc in dirs if acc is not None}
-    return [_read_case(d, acc, full) for d, acc in dirs if acc is not None or d.name not in undersampled]
+    todo = [(d, acc) for d, acc in dirs if acc is not None or d.name not in undersampled]
+    return read_each(todo, lambda x: _read_case(x[0], x[1], full), lambda x: x[0].name, lambda x: x[0],
+                     domain="cardiac", layout=NAME)

@@ -31,7 +31,7 @@ from ...contracts.errors import ErrorCode, ToolError
 from ...contracts.sequences import canonical_sequence
 from ...tools.io.dicom import list_series, sanitise_description, write_series
 from ..phantom import Phantom
-from ._common import read_truth, sanitize_case_id, write_truth, write_volume
+from ._common import read_each, read_truth, sanitize_case_id, write_truth, write_volume
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ def write(phantoms: Iterable[Phantom], out: Path) -> list[Case]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     dirs = [_write_case(p, out) for p in phantoms]
-    return [_read_case(d) for d in dirs]
+    return read_each(dirs, _read_case, lambda d: d.name, lambda d: d, layout=NAME)
 
 
 # ----------------------------------------------------------------------------- reading
@@ -217,7 +217,7 @@ def read(root: Path) -> list[Case]:
     if not dirs:
         raise ToolError(ErrorCode.input_missing, f"no DICOM case folders under {root}", file=str(root),
                         hint="expected <root>/<case>/<series>/*.dcm")
-    return [_read_case(d) for d in dirs]
+    return read_each(dirs, _read_case, lambda d: d.name, lambda d: d, layout=NAME)
 
 
 def load_label(case: Case, name: str) -> Mask:

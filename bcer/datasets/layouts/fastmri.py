@@ -18,7 +18,7 @@ from ...contracts.case import Case, SequenceRef
 from ...contracts.errors import ErrorCode, ToolError
 from ...tools.io.fastmri import fastmri_header, read_truth_attrs, write_fastmri
 from ..phantom import Phantom
-from ._common import nifti_header, ref_for, sanitize_case_id, write_volume
+from ._common import nifti_header, read_each, ref_for, sanitize_case_id, write_volume
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,12 @@ def _check_labels(case: Case) -> None:
                             f"k-space images are {shape}", case=case.id, file=r["path"])
 
 
+def _read_checked(path: Path) -> Case:
+    case = _read_case(path)
+    _check_labels(case)
+    return case
+
+
 def read(root: Path) -> list[Case]:
     """Every ``.h5`` under ``root`` as a lazy ``Case`` (attributes and shapes read, no k-space).
 
@@ -111,11 +117,7 @@ def read(root: Path) -> list[Case]:
     files = case_files(root) if root.is_dir() else []
     if not files:
         raise ToolError(ErrorCode.input_missing, f"no fastMRI .h5 files under {root}", file=str(root))
-    cases = []
-    for path in files:
-        case = _read_case(path)
-        _check_labels(case)
-        cases.append(case)
+    cases = read_each(files, _read_checked, lambda p: p.stem, lambda p: p.parent, layout=NAME)
     ids = [c.id for c in cases]
     if len(set(ids)) != len(ids):
         dup = sorted({i for i in ids if ids.count(i) > 1})

@@ -36,7 +36,7 @@ def read_nifti(path: str | Path, kind: str = "image", labels: dict[int, str] | N
         img = nib.load(str(path))
         data = np.asarray(img.dataobj)
         affine = np.asarray(img.affine, dtype=np.float64)
-    except (EOFError, OSError, zlib.error, gzip.BadGzipFile, ValueError) as e:
+    except (EOFError, OSError, zlib.error, gzip.BadGzipFile, ValueError, nib.filebasedimages.ImageFileError) as e:
         raise ToolError(ErrorCode.schema, f"cannot read NIfTI {path.name}: {type(e).__name__}: {e}",
                         hint="the file is truncated or not NIfTI", file=str(path)) from e
     while data.ndim > 3 and data.shape[-1] == 1 and (expect_ndim or 3) < data.ndim:
