@@ -158,3 +158,16 @@ def test_resolve_params_tokens_and_errors(tmp_path):
     assert sequence_key(case, "T1c") == "t1ce" and sequence_key(case, "t1gd") == "t1ce"
     assert sequence_key(case, "FLAIR") is None
     assert file_digest(case.sequences["t1ce"].path) == file_digest(Path(case.sequences["t1ce"].path))
+
+
+def test_ray_failures_map_to_error_codes():
+    import ray.exceptions as rex
+
+    from bcer.engine.executor import error_from_ray
+
+    assert error_from_ray(rex.WorkerCrashedError())["code"] == "worker_lost"
+    assert error_from_ray(rex.TaskCancelledError())["code"] == "timeout"
+    assert error_from_ray(ValueError("boom"))["code"] == "internal"
+    wrapped = rex.RayTaskError("f", "tb", ToolError("schema", "bad file", file="/x.nii.gz"))
+    got = error_from_ray(wrapped)
+    assert (got["code"], got["context"]["file"]) == ("schema", "/x.nii.gz")  # cause unwrapped, context kept
