@@ -3,16 +3,16 @@
 With ``bundle_dir`` a local MONAI bundle runs (2-D bundles see every slice of every frame
 as one batch). Otherwise a classical method whose intensity levels come from the cine:
 
-1. heart region: voxels whose intensity changes over the cycle (temporal range, Otsu);
-   fat and vessels are static, the ventricles' borders are not;
-2. blood: brighter than the midpoint between the blood level (bright class of the heart
-   region) and the myocardium level (dark ring just outside the blood);
-3. per frame, the bright 3-D components that overlap the heart region are the cavities; the
-   LV is the most convex one (a round cavity in every slice; the RV is a crescent), the RV
-   the largest other cavity next to it;
-4. myocardium: the dark ring around the LV, grown outward through voxels within a few noise
-   deviations of the myocardium level, then regularised per slice with a smooth
-   epicardial radius per angle (median over neighbouring angles), wall <= ``max_wall_mm``.
+1. heart region: per slice, the convex hull of the voxels whose intensity changes over the
+   cycle (temporal range, Otsu); fat and vessels are static, the ventricles' borders move;
+2. blood: brighter than half-way between the bright and dark classes of the heart region;
+3. per frame, the bright 3-D components mostly inside the heart region are the cavities;
+   the LV is the most convex one (round in every slice; the RV is a crescent), the RV every
+   other sizeable cavity within a wall's reach of it;
+4. myocardium: levels from the image (the ring 1-2 voxels outside the LV; the tissue around
+   the heart region); along rays from the LV centre the wall runs while the smoothed
+   intensity stays between half the myocardium level (lung) and half-way to the tissue
+   level; the epicardial radius per angle is median-filtered over neighbouring angles.
 """
 from __future__ import annotations
 
