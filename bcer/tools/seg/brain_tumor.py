@@ -8,13 +8,14 @@ from the case itself:
    largest component, holes filled;
 2. each contrast is divided by its median inside the brain (normal tissue dominates, so
    the median is a normal-tissue reference, robust to the tumour and to scanner scale);
-3. enhancing tumour (ET): T1c minus T1 far above its brain distribution (contrast uptake),
-   Otsu-split within the abnormal tail;
+3. enhancing tumour (ET): T1c minus T1 (contrast uptake) beyond both a robust z of 4 and
+   a 30 % signal rise, cut at half the candidates' median uptake; specks dropped;
 4. whole tumour (WT): FLAIR hyperintensity (Otsu on the upper half of the brain's FLAIR),
-   united with ET, the component that holds most abnormal signal, holes filled (necrosis
-   and core sit inside the oedema);
-5. tumour core (TC): with ET, the rim's interior (holes of ET filled) plus T1c-dark voxels
-   inside it; without ET (low grade), the lower FLAIR/T1c class of the tumour's interior.
+   ET, and T2-bright/FLAIR-unsuppressed/T1c-dark necrosis touching ET; the component with
+   most abnormal signal, holes filled;
+5. tumour core (TC): with ET, the rim plus the T1c-dark class (Otsu, and below half the
+   oedema's level) touching it, holes filled; without ET (low grade), the lower
+   FLAIR+T1c Otsu class of the tumour's interior.
 """
 from __future__ import annotations
 
