@@ -31,6 +31,9 @@ GENERATORS: dict[str, str] = {
     "prostate": "bcer.datasets.prostate:make_prostate",
 }
 DEFAULT_LAYOUT: dict[str, str] = {"brain": "brats", "cardiac": "acdc", "prostate": "bids"}
+# raw-data layouts hold multi-coil k-space: their phantoms come from make_kspace_case
+# (fastMRI files have no time axis, so cine k-space is cut to the ED frame there)
+KSPACE_LAYOUTS: dict[str, dict[str, Any]] = {"fastmri": {"frames": "ed"}, "cmrx": {}}
 
 # The case attribute balanced across a cohort (unless the caller fixes it), per domain.
 _BALANCE: dict[str, tuple[tuple[str, ...], list[tuple[Any, ...]]]] = {
@@ -83,9 +86,19 @@ def cohort_plan(domain: str, n: int, seed: int = 0, **kw: Any) -> list[dict[str,
     return plan
 
 
-def iter_cohort(domain: str, n: int, seed: int = 0, size: Size = "small", **kw: Any) -> Iterator[Phantom]:
-    """Phantoms of a cohort, one at a time (so a full-size cohort never sits in memory)."""
+def iter_cohort(domain: str, n: int, seed: int = 0, size: Size = "small", kspace: dict[str, Any] | None = None,
+                **kw: Any) -> Iterator[Phantom]:
+    """Phantoms of a cohort, one at a time (so a full-size cohort never sits in memory).
+
+    ``kspace`` (options of ``make_kspace_case``, e.g. ``{"R": 8}``) turns every phantom into
+    multi-coil k-space with its fully sampled image as reference.
+    """
     gen = get_generator(domain)
+    if kspace is not None:
+        from .kspace import make_kspace_case
+
+        def gen(case_id, seed_, size_, **kwargs):  # noqa: F811 - the k-space variant
+            return make_kspace_case(case_id, seed_, size_, domain=domain, **kspace, **kwargs)
     for item in cohort_plan(domain, n, seed, **kw):
         yield gen(item["case_id"], item["seed"], size, **item["kwargs"])
 
@@ -113,7 +126,8 @@ def synth_cohort(domain: str, n: int, out: str | Path, layout: str | None = None
     mod = get_layout(name)
     out = Path(out)
     log.info("synthesising %d %s cases (%s, seed %d) into %s as %s", n, domain, size, seed, out, name)
-    return mod.write(iter_cohort(domain, n, seed, size, **kw), out)
+    kspace = KSPACE_LAYOUTS.get(name)
+    return mod.write(iter_cohort(domain, n, seed, size, kspace=kspace, **kw), out)
 
 
 def _describe_ref(ref: SequenceRef) -> dict[str, Any]:
