@@ -51,18 +51,6 @@ def dice(a: np.ndarray, b: np.ndarray) -> float:
     return 1.0 if s == 0 else 2.0 * float(np.logical_and(a, b).sum()) / s
 
 
-def robust_z(x: np.ndarray, region: np.ndarray) -> np.ndarray:
-    """(x - median) / (1.4826 MAD) with statistics from ``region`` (robust to lesions)."""
-    vals = x[region]
-    med = float(np.median(vals))
-    mad = float(np.median(np.abs(vals - med))) * 1.4826
-    return (x - med) / max(mad, 1e-6 * max(abs(med), 1.0))
-
-
-def mask_meta(method: str, **extra: Any) -> dict[str, Any]:
-    return {"method": method, **extra}
-
-
 def resample_to(moving: Any, target: Any, order: int = 1) -> np.ndarray:
     """``moving``'s data sampled at ``target``'s voxel centres through world coordinates
     (affines only, no registration); outside the moving field of view is 0."""
