@@ -209,3 +209,29 @@ def test_nrmse_metric() -> None:
     noisy = truth.copy()
     noisy[2, 2] = 0.0  # one of 36 object voxels wrong
     assert 0.1 < nrmse(noisy, truth) < 0.2
+
+
+def test_gpu_check_script_runs_here(tmp_path, capsys) -> None:
+    """benchmarks/gpu_check.py: reports 'no GPU' cleanly, and its CPU-vs-CPU mode runs the
+    example factory, port binding and comparison for a recon tool (error 0 by construction)."""
+    import importlib.util
+    import json
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    assert {"recon.grappa", "recon.sense_cine", "denoise.nlm"} <= set(mod.EXAMPLES)
+    out = tmp_path / "gpu.json"
+    rc = mod.main(["--cpu-only", "--repeat", "1", "--tools", "recon.zero_filled", "--out", str(out)])
+    row = json.loads(out.read_text())["tools"]["recon.zero_filled"]
+    assert rc == 0 and row["status"] == "ok" and row["max_rel_error"] == 0.0
+    capsys.readouterr()
+    if not json.loads(out.read_text())["gpu"]:
+        assert mod.main(["--out", str(tmp_path / "none.json")]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["gpu"] is False and "no GPU" in report["message"]
+        assert report["tools"]["recon.sense"]["status"] == "skipped"
