@@ -103,7 +103,8 @@ EXAMPLES: dict[str, Example] = {
     "recon.grappa_cine": Example(_recon(True), 1e-3),
     "recon.sense": Example(_recon(False), 1e-3),
     "recon.sense_cine": Example(_recon(True), 1e-3),
-    "denoise.nlm": Example(_denoise, 1e-3),
+    # CPU is scikit-image (approximate exp), GPU the torch NLM (exact exp): 6.3e-3 measured on CPU.
+    "denoise.nlm": Example(_denoise, 1e-2),
     "seg.cardiac": Example(_cardiac_seg, 0.01),  # label maps: fraction of voxels that differ
     "seg.prostate": Example(_prostate_seg, 0.01),
     "seg.brain_tumor": Example(_brain_seg, 0.01),
