@@ -72,6 +72,7 @@ class Study:
         out: output folder; a rerun on it skips cases with ``_DONE``.
         address: Ray cluster address (None: RAY_ADDRESS or a local cluster).
         max_in_flight: cases running at once (back-pressure on the object store).
+        model_dirs: folders of local model bundles tools may read (besides bcer's own assets).
     """
 
     data: str | Path | list[Case]
@@ -85,6 +86,7 @@ class Study:
     planner: Any = None
     seed: int = 0
     limit: int | None = None
+    model_dirs: tuple[str, ...] = ()
 
     def cases(self) -> list[Case]:
         cases = list(self.data) if isinstance(self.data, (list, tuple)) else load_cases(self.data, self.layout)
@@ -99,7 +101,7 @@ class Study:
             raise ToolError(ErrorCode.schema, "a Study needs a task, a goal or a plan")
         cfg = CohortConfig(out=Path(self.out), planner=make_planner(self.plan, self.planner),
                            contract=contract, goal=self.goal, max_in_flight=self.max_in_flight,
-                           address=self.address, seed=self.seed)
+                           address=self.address, seed=self.seed, model_dirs=tuple(map(str, self.model_dirs)))
         return run_cohort(self.cases(), cfg, on_case_done=on_case_done, hooks=hooks)
 
 

@@ -38,7 +38,8 @@ class CaseRun:
 
         self.wf, self.case, self.ctx, self.contract = workflow.model_copy(deep=True), case, ctx, contract
         self.hooks, self.trace, self.reflector = hooks, trace, reflector
-        self.sandbox = Sandbox(case.root, ctx.output_dir)
+        assets = Path(__file__).resolve().parents[1] / "assets"  # shipped bundles are read-only inputs
+        self.sandbox = Sandbox(case.root, ctx.output_dir, read_roots=(assets, *getattr(ctx, "read_roots", ())))
         self.cluster = dict(ray.cluster_resources())  # read once per case (GPU fallback decisions)
         self.status: dict[str, str] = {n.id: "pending" for n in self.wf.nodes}
         self.refs: dict[str, dict[str, Any]] = {}         # node -> field -> ObjectRef

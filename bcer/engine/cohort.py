@@ -37,6 +37,7 @@ class CohortConfig:
     seed: int = 0
     max_revisions: int = 2
     resume: bool = True
+    model_dirs: tuple[str, ...] = ()  # read-only folders for local model bundles (sandbox)
 
     @property
     def goal_text(self) -> str:
@@ -125,7 +126,7 @@ def run_one(case: Case, cfg: CohortConfig, reflector=None, hooks: Iterable = ())
         write_json(row, case_dir / ROW_FILE)
         return row
     write_json(sketch.model_dump(mode="json"), case_dir / "plan.json")
-    ctx = RunContext(run_id=cfg.run_id, output_dir=case_dir, seed=cfg.seed)
+    ctx = RunContext(run_id=cfg.run_id, output_dir=case_dir, seed=cfg.seed, read_roots=tuple(cfg.model_dirs))
     if reflector is not None:
         reflector = reflector.for_case(case.id)
         reflector.reset.remote(case.id)  # a fresh repair budget for this run of the case

@@ -45,6 +45,8 @@ class RunContext:
         node_timeout_s: a node running longer is cancelled and fails with ``timeout``.
         max_attempts_per_node: safety cap on resubmissions, whatever the Reflector says.
         reflector_timeout_s: how long to wait for the Reflector's verdict.
+        read_roots: extra read-only folders tools may open (local model bundles); bcer's
+            shipped assets are always readable.
         loader_num_cpus: CPUs of a sequence-load task (gzip decompression is CPU work; a
             fraction lets loads overlap compute but makes Ray start extra workers).
     """
@@ -59,6 +61,7 @@ class RunContext:
     max_attempts_per_node: int = 4
     reflector_timeout_s: float = 120.0
     loader_num_cpus: float = 1.0
+    read_roots: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.output_dir = Path(self.output_dir)
