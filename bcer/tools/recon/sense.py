@@ -107,7 +107,9 @@ def _sense(kspace: KSpace, params: SenseParams, cine: bool, tool_name: str, devi
       gpu="optional", output="image")
 def sense(kspace: KSpace, params: SenseParams, device: str = "cpu") -> Image:
     """CG-SENSE reconstruction of undersampled (C, X, Y, Z) Cartesian k-space, coil maps
-    estimated from the central calibration block (low-resolution maps or ESPIRiT).
+    estimated from the central calibration block (smooth refit of low-resolution maps by
+    default, or raw low-resolution maps, or ESPIRiT). Any Cartesian mask with such a block
+    works (regular or random lines).
 
     Args:
         kspace: multi-coil k-space (C, X, Y, Z) with a central fully sampled block.
