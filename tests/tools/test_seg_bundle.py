@@ -174,3 +174,52 @@ def test_cuda_and_cpu_bundle_paths_agree() -> None:
     gpu, meta = B.run_bundle(str(SHIPPED), flat, cine.spacing, device="cuda")
     assert meta["device"] == "cuda"
     assert np.mean(cpu == gpu) >= 0.999  # argmax ties may flip a few voxels in float32
+
+
+def _tiny_bundle(root: Path, net_def: dict, meta_bcer: dict, n_out: int) -> Path:
+    from monai.bundle import ConfigParser
+
+    torch.manual_seed(0)
+    net = ConfigParser({"network_def": net_def}).get_parsed_content("network_def")
+    (root / "configs").mkdir(parents=True)
+    (root / "models").mkdir()
+    (root / "configs" / "inference.json").write_text(json.dumps({"network_def": net_def}))
+    (root / "configs" / "metadata.json").write_text(json.dumps({
+        "network_data_format": {"outputs": {"pred": {"num_channels": n_out}}}, "bcer": meta_bcer}))
+    torch.save(net.state_dict(), root / "models" / "model.pt")
+    return root
+
+
+def test_brats_style_sigmoid_bundle_through_seg_brain_tumor(tmp_path: Path) -> None:
+    from bcer.datasets.brain import make_brain
+    from bcer.tools.registry import call_tool
+
+    net = {"_target_": "UNet", "spatial_dims": 3, "in_channels": 4, "out_channels": 3,
+           "channels": [2, 4], "strides": [2], "num_res_units": 0}
+    root = _tiny_bundle(tmp_path / "brats", net, {"output": "sigmoid_brats", "label_values": [0, 1, 2]}, 3)
+    ph = make_brain("bb", 0, size="small", grade="HGG")
+    inputs = {p: ph.sequences[s] for p, s in (("t1", "T1"), ("t1c", "T1c"), ("t2", "T2"), ("flair", "FLAIR"))}
+    out = call_tool("seg.brain_tumor", inputs, {"bundle_dir": str(root), "roi_size": 32})
+    lab = out["labels"].data
+    assert lab.shape == ph.sequences["T1"].shape and set(np.unique(lab)) <= {0, 1, 2, 4}
+    assert out["labels"].meta["method"] == "monai_bundle"
+    np.testing.assert_array_equal(out["wt"].data > 0, lab > 0)
+    np.testing.assert_array_equal(out["tc"].data > 0, np.isin(lab, [1, 4]))
+    np.testing.assert_array_equal(out["labels"].affine, ph.sequences["T1"].affine)
+
+
+def test_two_channel_prostate_bundle_needs_adc(tmp_path: Path) -> None:
+    from bcer.datasets.prostate import make_prostate
+    from bcer.tools.registry import call_tool
+
+    net = dict(NET_DEF, in_channels=2)
+    root = _tiny_bundle(tmp_path / "pro", net, {"spatial_dims": 2}, 3)
+    ph = make_prostate("pb", 0, size="small")
+    with pytest.raises(ToolError) as e:
+        call_tool("seg.prostate", {"t2w": ph.sequences["T2w"]}, {"bundle_dir": str(root), "roi_size": 32})
+    assert e.value.code == ErrorCode.input_missing and e.value.context["arg"] == "adc"
+    out = call_tool("seg.prostate", {"t2w": ph.sequences["T2w"], "adc": ph.sequences["ADC"]},
+                    {"bundle_dir": str(root), "roi_size": 32})
+    assert out["zones"].data.shape == ph.sequences["T2w"].shape
+    assert set(np.unique(out["zones"].data)) <= {0, 1, 2}
+    np.testing.assert_array_equal(out["gland"].data > 0, out["zones"].data > 0)
