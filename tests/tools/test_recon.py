@@ -10,13 +10,13 @@ import pytest
 from bcer.contracts.artifacts import Cine, Image, KSpace
 from bcer.contracts.errors import ErrorCode, ToolError
 from bcer.datasets.cardiac import make_cardiac
+from bcer.datasets.kspace import make_kspace, make_kspace_case
 from bcer.datasets.prostate import make_prostate
 from bcer.tools import call_tool
 from bcer.tools.recon._coils import analyse_mask, as_slices
 from bcer.tools.recon._metrics import nrmse
 from bcer.tools.recon.grappa import GrappaParams, grappa_core
 from bcer.tools.recon.sense import SenseParams, sense_core
-from bcer.datasets.kspace import make_kspace, make_kspace_case
 
 PAD = 0.25  # FOV margin per side, as a fraction of the phantom's matrix
 

@@ -126,7 +126,9 @@ def batches(slices: np.ndarray) -> Iterator[slice]:
 def run_batched(slices: np.ndarray, xp: Any, fn: Callable[[Any], tuple[Any, dict]]) -> tuple[np.ndarray, list[dict]]:
     """Apply ``fn`` (batch on ``xp`` -> (images on ``xp``, stats)) to every batch; numpy out."""
     out, stats = [], []
-    for sl in batches(slices):
+    ranges = list(batches(slices))
+    log.debug("%d slices in %d batches on %s", slices.shape[0], len(ranges), getattr(xp, "__name__", xp))
+    for sl in ranges:
         batch = xp.asarray(np.ascontiguousarray(slices[sl]), dtype=xp.complex64)
         images, info = fn(batch)
         out.append(to_numpy(images).astype(np.float32, copy=False))
