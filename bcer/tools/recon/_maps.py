@@ -87,9 +87,12 @@ def smooth_maps(batch: Any, sampling: Sampling, xp: Any, threshold: float, degre
     phi = xp.asarray(_legendre_basis(x, y, degree))  # (P, K)
     weighted = phi.T[None] * weight[:, None, :]  # (N, K, P)
     normal = weighted @ phi  # (N, K, K)
-    rhs = weighted.astype(xp.complex128) @ maps.reshape(n, c, -1).transpose(0, 2, 1)  # (N, K, C)
     ridge = 1e-9 * xp.trace(normal, axis1=1, axis2=2)[:, None, None] / phi.shape[1] + 1e-12
-    coef = xp.linalg.solve(normal + ridge * xp.eye(phi.shape[1])[None], rhs)
+    normal = (normal + ridge * xp.eye(phi.shape[1])[None]).astype(xp.complex128)
+    # explicit dtypes: cupy's matmul/solve do not promote mixed real/complex operands everywhere
+    samples = maps.reshape(n, c, -1).transpose(0, 2, 1).astype(xp.complex128)  # (N, P, C)
+    rhs = weighted.astype(xp.complex128) @ samples
+    coef = xp.linalg.solve(normal, rhs)  # (N, K, C)
     fitted = (phi.astype(xp.complex128) @ coef).transpose(0, 2, 1).reshape(n, c, x, y)
     total = rss(fitted, xp)
     return (fitted / xp.where(total > 0, total, 1)[:, None]).astype(xp.complex64)
