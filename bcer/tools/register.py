@@ -31,10 +31,10 @@ class RegisterParams(BaseModel):
     histogram_bins: int = Field(32, ge=8, le=256, description="Mattes mutual-information histogram bins")
     sampling_fraction: float = Field(0.25, gt=0.0, le=1.0,
                                      description="fraction of fixed voxels sampled for the metric")
-    shrink_factors: list[Annotated[int, Field(ge=1, le=16)]] = Field([4, 2, 1], min_length=1, max_length=5,
-                                      description="per-level downsampling (coarse to fine)")
-    smoothing_sigmas_mm: list[Annotated[float, Field(ge=0.0, le=20.0)]] = Field([2.0, 1.0, 0.0], min_length=1, max_length=5,
-                                             description="per-level Gaussian smoothing in mm")
+    shrink_factors: list[Annotated[int, Field(ge=1, le=16)]] = Field(
+        [4, 2, 1], min_length=1, max_length=5, description="per-level downsampling (coarse to fine)")
+    smoothing_sigmas_mm: list[Annotated[float, Field(ge=0.0, le=20.0)]] = Field(
+        [2.0, 1.0, 0.0], min_length=1, max_length=5, description="per-level Gaussian smoothing in mm")
     iterations: int = Field(200, ge=1, le=5000, description="max optimizer iterations per level")
     learning_rate: float = Field(1.0, gt=0.0, le=100.0, description="initial step (mm-scaled)")
     min_step: float = Field(1e-4, gt=0.0, le=1.0, description="stop when the step falls below this")
@@ -46,7 +46,7 @@ class RegisterParams(BaseModel):
 class ApplyParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     interpolator: Literal["bspline", "linear", "nearest"] = Field("linear", description="interpolator")
-    default_value: float = Field(0.0, description="value outside the moving image")
+    default_value: float = Field(0.0, allow_inf_nan=False, description="value outside the moving image")
 
 
 class Registration(NamedTuple):

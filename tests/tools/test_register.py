@@ -4,11 +4,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy import ndimage
+from scipy.spatial.transform import Rotation
 
 from bcer.contracts.artifacts import Image, Mask, Transform
 from bcer.contracts.errors import ErrorCode, ToolError
+from bcer.datasets.brain import make_brain
 from bcer.datasets.degrade import move_image, rigid_matrix
-from bcer.datasets.geometry import grid_center, world_coords
+from bcer.datasets.geometry import world_coords
+from bcer.datasets.prostate import make_prostate
 from bcer.tools.registry import call_tool
 
 
@@ -20,48 +23,67 @@ def _mean_error_mm(true: np.ndarray, est: np.ndarray, mask: Mask) -> float:
 
 
 @pytest.fixture(scope="module")
-def brain() -> tuple[Image, Mask]:
-    from nilearn import datasets
+def brain() -> tuple[Image, Image, Mask]:
+    ph = make_brain("reg01", seed=1, size="small", noise=0.02)
+    return ph.sequences["T1"], ph.sequences["T2"], ph.labels["brain"]
 
-    t = datasets.load_mni152_template(resolution=2)
-    data = np.asarray(t.dataobj, dtype=np.float32)[::2, ::2, ::2]
-    affine = np.array(t.affine, dtype=np.float64)
-    affine[:3, :3] *= 2.0
-    organ = ndimage.binary_erosion(data > 0.2 * data.max(), iterations=1)
-    return Image(data, affine), Mask(organ.astype(np.int16), affine, labels={1: "brain"})
+
+def _known_motion(organ: Mask, signs: tuple[int, int, int]) -> np.ndarray:
+    """8 deg about each axis and 8 mm along each axis, about the organ's centroid."""
+    centre = world_coords(organ.affine, organ.shape)[np.asarray(organ.data) > 0].mean(axis=0)
+    s = np.asarray(signs, dtype=float)
+    return rigid_matrix(8.0 * s, 8.0 * s[::-1], centre)
 
 
 @pytest.mark.parametrize("tool", ["register.rigid", "register.affine"])
-def test_recovers_known_misalignment_brain(brain, tool: str) -> None:
-    fixed, organ = brain
-    truth = rigid_matrix((8.0, -5.0, 4.0), (8.0, -6.0, 5.0), grid_center(fixed.affine, fixed.shape))
-    moving = move_image(fixed, truth)
+def test_recovers_known_misalignment_brain_t2_to_t1(brain, tool: str) -> None:
+    t1, t2, organ = brain
+    truth = _known_motion(organ, (1, -1, 1))
+    moving = move_image(t2, truth)
     assert _mean_error_mm(truth, np.eye(4), organ) > 8.0  # the misalignment is real
-    out = call_tool(tool, {"fixed": fixed, "moving": moving}, {})
+    inputs = {"fixed": t1, "moving": moving}
+    if tool == "register.affine":  # also exercise the metric mask (a fixed-grid head region)
+        inputs["mask"] = Mask(ndimage.binary_dilation(np.asarray(organ.data) > 0, iterations=2).astype(np.int16),
+                              organ.affine)
+    out = call_tool(tool, inputs, {})
     tr, res = out["transform"], out["resampled"]
     assert isinstance(tr, Transform) and tr.type == tool.split(".")[1]
-    assert _mean_error_mm(truth, tr.matrix, organ) <= 1.0
-    np.testing.assert_allclose(res.affine, fixed.affine)
+    err = _mean_error_mm(truth, tr.matrix, organ)
+    assert err <= 1.0, err
+    np.testing.assert_allclose(res.affine, t1.affine)
     assert tr.meta["iterations"] > 0 and np.isfinite(tr.meta["metric"])
-    inside = np.asarray(ndimage.binary_erosion(organ.data > 0, iterations=3))
-    before = np.abs(moving.data - fixed.data)[inside].mean()
-    after = np.abs(res.data - fixed.data)[inside].mean()
-    assert after < 0.5 * before
+    assert set(tr.meta["candidates"]) == {"moments", "geometry"}
+    # The resampled T2 matches the unmoved T2 inside the brain.
+    inside = ndimage.binary_erosion(np.asarray(organ.data) > 0, iterations=2)
+    before = np.abs(moving.data - t2.data)[inside].mean()
+    after = np.abs(res.data - t2.data)[inside].mean()
+    assert after < 0.5 * before, (before, after)
 
 
-def test_cross_contrast_with_mask(brain) -> None:
-    fixed, organ = brain
-    # A contrast-inverted moving image (ADC-like vs T2w-like): only MI-type metrics cope.
-    inv = np.where(organ.data > 0, fixed.data.max() - fixed.data, 0.0).astype(np.float32)
-    truth = rigid_matrix((-8.0, 0.0, 8.0), (0.0, 8.0, 0.0), grid_center(fixed.affine, fixed.shape))
-    moving = move_image(Image(inv, fixed.affine), truth)
-    dil = Mask(ndimage.binary_dilation(organ.data > 0, iterations=3).astype(np.int16), fixed.affine)
-    out = call_tool("register.rigid", {"fixed": fixed, "moving": moving, "mask": dil}, {"seed": 1})
-    assert _mean_error_mm(truth, out["transform"].matrix, organ) <= 1.0
+@pytest.mark.parametrize("seed", [0, 1])
+def test_recovers_known_misalignment_prostate_adc_to_t2w(seed: int) -> None:
+    """8 deg about an oblique axis and 8 mm, ADC (own 2.5 x 2.5 x 3.6 mm grid) -> T2w.
+
+    On the small prostate phantom (analytic anatomy point-sampled on 3.6 mm slices) the MI
+    optimum itself sits 0.9-1.3 mm from the truth even with no motion and no noise (measured),
+    so the bound here is 1.5 mm; the brain cases above meet 1 mm.
+    """
+    ph = make_prostate(f"reg{seed}", seed=seed, size="small", n_lesions=1, misalign=False)
+    t2w, adc, gland = ph.sequences["T2w"], ph.sequences["ADC"], ph.labels["gland"]
+    axis = np.array([1.0, -1.0, 1.0]) / np.sqrt(3.0)
+    centre = world_coords(gland.affine, gland.shape)[np.asarray(gland.data) > 0].mean(axis=0)
+    angles = Rotation.from_rotvec(np.deg2rad(8.0) * axis).as_euler("xyz", degrees=True)
+    truth = rigid_matrix(angles, 8.0 * axis[::-1], centre)
+    moving = move_image(adc, truth)  # fixed=T2w -> moving=ADC, the generator's convention
+    assert _mean_error_mm(truth, np.eye(4), gland) > 7.0
+    out = call_tool("register.rigid", {"fixed": t2w, "moving": moving}, {})
+    err = _mean_error_mm(truth, out["transform"].matrix, gland)
+    assert err <= 1.5, err
+    assert out["resampled"].shape == t2w.shape
 
 
 def test_apply_identity_is_exact_and_apply_mask_keeps_labels(brain) -> None:
-    fixed, organ = brain
+    fixed, _, organ = brain
     out = call_tool("register.apply", {"moving": fixed, "transform": Transform.identity(), "fixed": fixed})["image"]
     assert np.array_equal(out.data, fixed.data)
     labels = Mask(np.where(organ.data > 0, 1 + (np.arange(fixed.shape[0])[:, None, None] > 25), 0).astype(np.int16),
@@ -80,7 +102,7 @@ def test_apply_identity_is_exact_and_apply_mask_keeps_labels(brain) -> None:
 
 
 def test_errors(brain) -> None:
-    fixed, organ = brain
+    fixed, _, organ = brain
     flat = Image(np.zeros((10, 10), np.float32), np.eye(4))
     nan = Image(np.where(organ.data > 0, np.nan, 0).astype(np.float32), fixed.affine)
     off_grid = Mask(np.ones((5, 5, 5), np.int16), np.eye(4))
