@@ -64,9 +64,11 @@ def test_recovers_known_misalignment_brain_t2_to_t1(brain, tool: str) -> None:
 def test_recovers_known_misalignment_prostate_adc_to_t2w(seed: int) -> None:
     """8 deg about an oblique axis and 8 mm, ADC (own 2.5 x 2.5 x 3.6 mm grid) -> T2w.
 
-    On the small prostate phantom (analytic anatomy point-sampled on 3.6 mm slices) the MI
-    optimum itself sits 0.9-1.3 mm from the truth even with no motion and no noise (measured),
-    so the bound here is 1.5 mm; the brain cases above meet 1 mm.
+    The prostate phantom's anatomy is mostly tubes along S-I (rectum, obturator muscles)
+    sampled on 3.6 mm slices, so only the gland's ends fix the through-plane position: the
+    MI optimum itself sits 0.9-1.3 mm from the truth (mostly along S-I) even with no motion
+    and no noise (measured on seeds 1 and 2). The bound here is therefore 1.5 mm; the brain
+    cases above meet 1 mm.
     """
     ph = make_prostate(f"reg{seed}", seed=seed, size="small", n_lesions=1, misalign=False)
     t2w, adc, gland = ph.sequences["T2w"], ph.sequences["ADC"], ph.labels["gland"]
