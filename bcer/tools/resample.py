@@ -15,6 +15,7 @@ import SimpleITK as sitk
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..contracts.artifacts import Image
+from ..contracts.errors import ErrorCode, ToolError
 from ._checks import require_ndim, require_volume
 from ._sitk import INTERPOLATORS, from_sitk, reference_grid, to_sitk
 from .registry import tool
@@ -27,9 +28,26 @@ Millimetres = Annotated[float, Field(ge=0.05, le=20.0)]
 
 class ToSpacingParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    spacing: tuple[Millimetres, Millimetres, Millimetres] = Field(
-        (1.0, 1.0, 1.0), description="target voxel size in mm along each array axis (X, Y, Z)")
+    spacing: tuple[Millimetres, Millimetres, Millimetres] | None = Field(
+        None, description="target voxel size in mm along each array axis (X, Y, Z)")
+    factor: int | None = Field(None, ge=2, le=16, description="instead of spacing: divide the "
+                               "spacing of the coarsest (slice) axis by this factor")
     interpolator: Interpolator = Field("bspline", description="bspline (cubic), linear or nearest")
+
+
+def _target_spacing(current: tuple[float, float, float], p: ToSpacingParams) -> tuple[float, float, float]:
+    """The spacing asked for: explicit, by through-plane factor, or isotropic at the finest axis."""
+    if p.spacing is not None and p.factor is not None:
+        raise ToolError(ErrorCode.value_range, "give either spacing or factor, not both",
+                        hint="spacing for a known target grid, factor for N-times thinner slices", arg="factor")
+    if p.spacing is not None:
+        return tuple(float(v) for v in p.spacing)  # type: ignore[return-value]
+    if p.factor is not None:
+        out = list(current)
+        axis = int(np.argmax(current))
+        out[axis] = current[axis] / p.factor
+        return tuple(out)  # type: ignore[return-value]
+    return (min(current),) * 3
 
 
 class ToGridParams(BaseModel):
@@ -84,24 +102,27 @@ def to_spacing(image: Image, params: ToSpacingParams) -> Image:
     """Resample an image to a target voxel spacing (B-spline, linear or nearest).
 
     Keeps orientation and the physical extent covered by the voxels; the output spacing is
-    exactly ``params.spacing``.
+    exactly the target: ``params.spacing``, or the slice axis divided by ``params.factor``,
+    or (neither given) isotropic at the finest current spacing.
 
     Args:
         image: the 3-D image (e.g. thick-slice acquisition).
-        params: target spacing (mm) and interpolator.
+        params: target spacing (mm) or through-plane factor, and interpolator.
 
     Returns:
         The resampled image on the new grid (float32), meta recording the old/new grid.
 
     Raises:
-        ToolError: ``shape`` (not 3-D), ``numeric`` (NaN/Inf), ``value_range`` (spacing).
+        ToolError: ``shape`` (not 3-D), ``numeric`` (NaN/Inf), ``value_range`` (spacing,
+            factor, or both given).
     """
     data = require_volume(image, "image")
-    affine, shape = target_grid(image.affine, data.shape, params.spacing)
+    spacing = _target_spacing(image.spacing, params)
+    affine, shape = target_grid(image.affine, data.shape, spacing)
     out = resample_onto(data, image.affine, affine, shape, params.interpolator)
     log.debug("resample.to_spacing %s -> %s (%s)", data.shape, shape, params.interpolator)
     meta = dict(image.meta, resampled={"method": f"sitk.{params.interpolator}",
-                                       "from_spacing": list(image.spacing), "to_spacing": list(params.spacing),
+                                       "from_spacing": list(image.spacing), "to_spacing": list(spacing),
                                        "from_shape": list(data.shape), "to_shape": list(shape)})
     return Image(out, affine, meta)
 

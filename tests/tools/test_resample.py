@@ -48,6 +48,10 @@ def test_super_resolution_phantom_4x_through_plane(name: str) -> None:
         assert out.spacing == pytest.approx(tuple(target), abs=1e-12)
         scores[interp] = psnr(out.data, truth.data)
     assert scores["bspline"] >= scores["nearest"] + 1.0, scores
+    # Without the target spacing: "4 times thinner slices" lands on the same grid.
+    by_factor = call_tool("resample.to_spacing", {"image": thick}, {"factor": 4})["image"]
+    np.testing.assert_allclose(by_factor.affine, truth.affine, atol=1e-9)
+    assert by_factor.shape == truth.shape
 
 
 def test_super_resolution_4x_beats_nearest(head: Image) -> None:
@@ -84,6 +88,9 @@ def test_exact_spacing_extent_and_orientation(head: Image) -> None:
     assert img.meta["resampled"]["to_shape"] == list(img.shape)
     # The mean intensity of a smooth volume survives resampling.
     assert float(img.data.mean()) == pytest.approx(float(head.data.mean()), rel=0.03)
+    # Neither spacing nor factor: isotropic at the finest spacing.
+    iso = call_tool("resample.to_spacing", {"image": img}, {"interpolator": "linear"})["image"]
+    assert iso.spacing == pytest.approx((0.6, 0.6, 0.6), abs=1e-12)
 
 
 def test_to_grid_reproduces_values_on_the_reference_grid(head: Image) -> None:
@@ -103,6 +110,8 @@ def test_errors(head: Image) -> None:
         ({"image": head}, {"spacing": [1.0, 0.0, 1.0]}, ErrorCode.value_range),
         ({"image": head}, {"spacing": [1.0, 1.0, 50.0]}, ErrorCode.value_range),
         ({"image": head}, {"interpolator": "sinc"}, ErrorCode.value_range),
+        ({"image": head}, {"factor": 1}, ErrorCode.value_range),
+        ({"image": head}, {"factor": 2, "spacing": [1.0, 1.0, 1.0]}, ErrorCode.value_range),
         ({}, {}, ErrorCode.input_missing),
     ]
     for inputs, params, code in cases:
