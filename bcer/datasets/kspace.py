@@ -35,6 +35,8 @@ Conventions (the recon tools implement their inverse against exactly this):
 """
 from __future__ import annotations
 
+import copy
+
 import logging
 from typing import Any, Literal
 
@@ -213,24 +215,47 @@ def _source_phantom(case_id: str, seed: int, size: Size, domain: str, **kw: Any)
                     hint="valid: ['cardiac', 'prostate']", arg="domain")
 
 
+def pad_in_plane(vol: Any, margin: float) -> Any:
+    """Pad an Image/Cine/Mask with zeros by ``margin`` of its size on each side of X and Y,
+    shifting the affine so every voxel keeps its world position (a larger field of view)."""
+    if margin <= 0:
+        return vol
+    data = np.asarray(vol.data)
+    mx, my = (int(round(margin * data.shape[i])) for i in (0, 1))
+    pads = [(mx, mx), (my, my)] + [(0, 0)] * (data.ndim - 2)
+    affine = np.array(vol.affine, dtype=np.float64)
+    affine[:3, 3] -= affine[:3, :3] @ np.array([mx, my, 0.0])
+    out = copy.copy(vol)
+    out.data, out.affine = np.pad(data, pads), affine
+    out.meta = dict(vol.meta, fov_padding_voxels=[mx, my])
+    return out
+
+
 def make_kspace_case(case_id: str, seed: int, size: Size = "small", domain: str = "cardiac",
                      R: int = 4, n_coils: int = 8, n_acs: int = 24, noise: float = 0.002,
                      pattern: Pattern = "regular", frames: Literal["all", "ed"] = "all",
-                     **kw: Any) -> Phantom:
+                     fov_margin: float = 0.25, source_noise: float = 0.0, **kw: Any) -> Phantom:
     """A case whose only input sequence is ``KSPACE``; the fully sampled image is the truth.
 
     The source image (cardiac cine or prostate T2w) is normalised to max 1 so recon metrics
     are comparable across cases. For cardiac, ``frames="ed"`` gives 3-D k-space of the ED
     frame instead of the whole cine.
 
+    The field of view is padded by ``fov_margin`` on each in-plane side, as a scanner's FOV
+    holds the object with air around it: coil images of an object cut by the FOV edge are not
+    periodic, which no GRAPPA kernel or smooth coil map can model. The source image carries
+    ``source_noise`` (default none): acquisition noise is added in k-space (``noise``).
+
     Returns:
         Phantom with ``sequences={"KSPACE": KSpace}``, ``references={"KSPACE": clean image}``
         (what an ideal reconstruction returns), the source's label maps on that image's grid, and
         ``truth["kspace"]`` describing the acquisition.
     """
-    src, img = _source_phantom(case_id, seed, size, domain, **kw)
+    src, img = _source_phantom(case_id, seed, size, domain, **{"noise": source_noise, **kw})
     if domain == "cardiac" and frames == "ed":
         img = img.frame(int(src.truth["ed_frame"]))
+    src_grid = (img.affine, img.shape)
+    img = pad_in_plane(img, fov_margin)
     data = np.asarray(img.data, dtype=np.float32)
     data = data / max(float(data.max()), 1e-12)
     clean = type(img)(data, img.affine.copy(), dict(img.meta, normalised=True))
@@ -241,6 +266,6 @@ def make_kspace_case(case_id: str, seed: int, size: Size = "small", domain: str 
     truth["kspace"] = {k: v for k, v in ks.meta.items() if k != "fft"} | {"reference": "KSPACE",
                                                                           "fft": FFT_CONVENTION}
     # only label maps on the imaged grid describe the k-space case (prostate has ADC-grid ones too)
-    labels = {k: m for k, m in src.labels.items()
-              if same_grid(m.affine, m.shape, clean.affine, clean.shape)}
+    labels = {k: pad_in_plane(m, fov_margin) for k, m in src.labels.items()
+              if same_grid(m.affine, m.shape, *src_grid)}
     return Phantom(case_id, domain, {"KSPACE": ks}, labels, dict(src.metadata), truth, {"KSPACE": clean})
