@@ -5,12 +5,14 @@ for every shift ``t`` in the search cube, the patch distance
 ``D_t(x) = max(box_sum((I(y) - I(y + t))^2 - 2 sigma^2) / s^3, 0) / h^2`` gives the weight
 ``exp(-D_t(x))`` (0 when ``D > 5``); the output is the weighted mean of ``I(x + t)``. Borders
 are reflect-padded. The torch path uses the exact ``exp`` where scikit-image uses a fast
-approximation, so the two agree to about 1e-3 of the signal, not bit for bit.
+approximation, so the two differ by ~2e-4 of the image maximum in RMS and under 1 % at
+worst (measured on the brain phantom), not bit for bit.
 
 Magnitude MR images carry Rician noise, whose mean is biased upwards where the signal is low
 (air is ``sigma * sqrt(pi / 2)``, not 0). With ``rician=True`` the output is corrected by
 ``sqrt(max(x^2 - c * sigma^2, 0))``, ``c = 2`` (the second moment of Rician noise,
-``E[M^2] = A^2 + 2 sigma^2``): exact for the background, negligible where the signal is high.
+``E[M^2] = A^2 + 2 sigma^2``): it takes the air floor to ~0 and changes little where the
+signal is high. Sigma, when not given, comes from ``estimate_sigma`` (foreground wavelet MAD).
 """
 from __future__ import annotations
 
@@ -35,15 +37,33 @@ class NLMParams(BaseModel):
     sigma: float | None = Field(None, ge=0.0, description="noise std (image units); estimated when None")
     h_factor: float = Field(0.8, gt=0.0, le=5.0, description="filter strength h = h_factor * sigma")
     patch_size: int = Field(3, ge=3, le=9, description="patch edge in voxels (even sizes grow by one)")
-    patch_distance: int = Field(3, ge=1, le=8, description="search radius in voxels")
+    patch_distance: int = Field(2, ge=1, le=8, description="search radius in voxels")
     rician: bool = Field(True, description="correct the Rician bias of magnitude images")
 
 
 def estimate_sigma(data: np.ndarray) -> float:
-    """Gaussian noise std by wavelet median absolute deviation (scikit-image ``estimate_sigma``)."""
-    from skimage.restoration import estimate_sigma as _est
+    """Noise std from the finest diagonal (Haar) wavelet band, inside the foreground.
 
-    return float(_est(np.asarray(data, dtype=np.float64), channel_axis=None))
+    Donoho's estimate: ``median(|d|) / 0.6745`` of the orthonormal 2x2x2 Haar "ddd"
+    coefficients, which hold almost no anatomy. Only blocks whose mean is above the Otsu
+    threshold count: in air a Rician magnitude is Rayleigh distributed (std 0.66 sigma), and
+    including it (as scikit-image's whole-image ``estimate_sigma`` does) underestimates sigma
+    by a third on a head with background.
+    """
+    from skimage.filters import threshold_otsu
+
+    x = np.asarray(data, dtype=np.float64)
+    x = x[: x.shape[0] // 2 * 2, : x.shape[1] // 2 * 2, : x.shape[2] // 2 * 2]
+    if min(x.shape) < 2:
+        raise ToolError(ErrorCode.shape, f"cannot estimate noise on a volume of shape {np.shape(data)}", arg="image")
+    b = [x[i::2, j::2, k::2] for i in (0, 1) for j in (0, 1) for k in (0, 1)]
+    signs = [(-1) ** (i + j + k) for i in (0, 1) for j in (0, 1) for k in (0, 1)]
+    ddd = sum(sg * blk for sg, blk in zip(signs, b)) / np.sqrt(8.0)
+    mean = sum(b) / 8.0
+    fg = mean > threshold_otsu(x) if np.ptp(x) > 0 else np.ones(mean.shape, bool)
+    # A tiny foreground says little; fall back to every block.
+    coeffs = ddd[fg] if np.count_nonzero(fg) >= 64 else ddd.ravel()
+    return float(np.median(np.abs(coeffs)) / 0.6745)
 
 
 def nlm_skimage(data: np.ndarray, sigma: float, h: float, patch_size: int, patch_distance: int) -> np.ndarray:

@@ -65,10 +65,14 @@ def test_gpu_path_declared_and_cuda_refused_without_gpu(case) -> None:
     assert e.value.code == ErrorCode.resource
 
 
-def test_sigma_estimate_is_close_for_gaussian_noise() -> None:
+def test_sigma_estimate_is_close(case) -> None:
     rng = np.random.default_rng(1)
     x = np.full((32, 32, 32), 100.0) + rng.normal(0, 7.0, (32, 32, 32))
-    assert estimate_sigma(x) == pytest.approx(7.0, rel=0.1)
+    assert estimate_sigma(x) == pytest.approx(7.0, rel=0.05)
+    # Rician head with air around it: the foreground-only estimate stays near the truth
+    # (whole-image wavelet MAD, scikit-image's estimate, lands ~30 % low here).
+    noisy, _, sigma = case
+    assert estimate_sigma(noisy.data) == pytest.approx(sigma, rel=0.2)
 
 
 def test_errors(case) -> None:
@@ -76,7 +80,7 @@ def test_errors(case) -> None:
     cases = [
         ({"image": Image(np.ones((9, 9), np.float32), np.eye(4))}, {}, ErrorCode.shape),
         ({"image": Image(np.full((9, 9, 9), np.nan, np.float32), np.eye(4))}, {}, ErrorCode.numeric),
-        ({"image": Image(np.ones((4, 4, 4), np.float32), np.eye(4))}, {}, ErrorCode.value_range),
+        ({"image": Image(np.ones((3, 3, 3), np.float32), np.eye(4))}, {}, ErrorCode.value_range),
         ({"image": Mask(np.ones((9, 9, 9), np.int16), np.eye(4))}, {}, ErrorCode.schema),
         ({"image": noisy}, {"sigma": -1.0}, ErrorCode.value_range),
         ({"image": noisy}, {"patch_size": 1}, ErrorCode.value_range),
