@@ -58,10 +58,27 @@ def _cases_for(task: str, n_cases: int, out: Path, size: str, data: Path | None,
         if target.exists():  # synthesis is deterministic; layouts would renumber onto old cases
             shutil.rmtree(target)
         return synth_task_cases(task, n_cases, target, size, seed)
+    root = data / task if (data / task).is_dir() else data
+    return _read_cases(root)[:n_cases]
+
+
+def _read_cases(root: Path) -> list[Case]:
+    """Cases of a dataset folder, or of each dataset sub-folder (``bench`` writes one per layout)."""
     from ..api import load_cases
 
-    root = data / task if (data / task).is_dir() else data
-    return load_cases(root)[:n_cases]
+    try:
+        return load_cases(root)
+    except ToolError as err:
+        subs = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+        cases = []
+        for sub in subs:
+            try:
+                cases += load_cases(sub)
+            except ToolError:
+                log.info("bench: %s holds no readable dataset; skipped", sub)
+        if not cases:
+            raise err
+        return cases
 
 
 def _run_task(task: str, cases: list[Case], out: Path, address: str | None, seed: int,

@@ -99,3 +99,15 @@ def test_unknown_task_is_a_typed_error(tmp_path) -> None:
     with pytest.raises(ToolError) as e:
         run_bench("segment_brian", 1, tmp_path)
     assert e.value.code == ErrorCode.value_range and "segment_brain" in e.value.hint
+
+
+def test_bench_reads_a_data_folder(bench, tmp_path) -> None:
+    """``data`` given: the cases are read (per task sub-folder, one dataset per layout), not made."""
+    first, out = bench
+    report = run_bench("superres,recon_cardiac", 5, tmp_path, data=out / "data")
+    assert sorted(report["tasks"]) == ["recon_cardiac", "superres"] and report["config"]["size"] is None
+    for task in ("superres", "recon_cardiac"):
+        assert report["tasks"][task]["sr"] == 1.0
+        assert {r["case"] for r in report["cases"] if r["task"] == task} == \
+            {r["case"] for r in first["cases"] if r["task"] == task}
+    assert not (tmp_path / "data").exists()
