@@ -1,6 +1,6 @@
 """Train the small cardiac MONAI bundle shipped in ``bcer/assets/bundles/cardiac_unet2d``.
 
-A 2-D MONAI UNet (channels 8/16/32) segments RV (1), MYO (2) and LV (3) on each short-axis
+A 2-D MONAI UNet (channels 8/16/32/64) segments RV (1), MYO (2) and LV (3) on each short-axis
 slice of each cine frame. It is trained on ``small`` cardiac phantoms (all five ACDC groups)
 with a fixed seed, on CPU in a few minutes, then evaluated through the same code path the
 ``seg.cardiac`` tool uses (``bcer.tools.seg.bundle.run_bundle``) on held-out phantoms whose
@@ -28,7 +28,7 @@ log = logging.getLogger("train_bundle")
 GROUPS = ("NOR", "DCM", "HCM", "MINF", "RV")
 NAMES = {0: "background", 1: "RV", 2: "MYO", 3: "LV"}
 NET_DEF = {"_target_": "UNet", "spatial_dims": 2, "in_channels": 1, "out_channels": 4,
-           "channels": [8, 16, 32], "strides": [2, 2], "num_res_units": 1}
+           "channels": [8, 16, 32, 64], "strides": [2, 2, 2], "num_res_units": 1}
 ROI = 64
 TRAIN_SEED0, HELD_OUT_SEED0 = 1000, 9000  # disjoint seed ranges: held-out cases are never seen
 
@@ -155,7 +155,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1]
                     / "bcer" / "assets" / "bundles" / "cardiac_unet2d")
-    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--n-train", type=int, default=15)
     ap.add_argument("--n-eval", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
