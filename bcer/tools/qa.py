@@ -97,9 +97,7 @@ def _pick_slices(labels: np.ndarray | None, boxes: list[dict[str, Any]], nz: int
 
 def _draw(vol: np.ndarray, labels: np.ndarray | None, names: dict[int, str], boxes: list[dict[str, Any]],
           slices: list[int], p: OverlayParams) -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
+    # A bare Figure renders through Agg without pyplot: no global backend state, thread-safe.
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch, Rectangle
 

@@ -67,6 +67,23 @@ def test_overlay_draws_finding_box(tmp_path: Path, brain) -> None:
     assert _count(_pixels(no_box.meta["path"]), BOX_COLOUR, tol=80) == 0
 
 
+def test_radiological_display_puts_patient_right_on_the_left(tmp_path: Path) -> None:
+    from bcer.datasets.geometry import make_affine, random_direction, world_coords
+
+    # An oblique, flipped grid; a labelled blob at patient right (RAS x > 0).
+    affine = make_affine(random_direction(np.random.default_rng(5), 20.0), (2.0, 2.0, 3.0), (40, 40, 12))
+    p = world_coords(affine, (40, 40, 12))
+    blob = np.linalg.norm(p - np.array([18.0, 0.0, 0.0]), axis=-1) < 10.0
+    img = Image(np.where(np.linalg.norm(p, axis=-1) < 35, 100.0, 0.0).astype(np.float32), affine)
+    mask = Mask(blob.astype(np.int16), affine, labels={1: "lesion"})
+    rep = call_tool("qa.overlay", {"image": img, "mask": mask},
+                    {"path": str(tmp_path / "side.png"), "n_slices": 1, "alpha": 1.0})["report"]
+    px = _pixels(rep.meta["path"])
+    cols = np.nonzero(np.all(px == np.asarray(label_colour(1)), axis=-1))[1]
+    assert cols.size > 100
+    assert np.median(cols) < px.shape[1] / 2  # right hemisphere drawn on the image's left
+
+
 def test_errors(tmp_path: Path, brain) -> None:
     t1c, seg = brain
     off = Mask(np.zeros((4, 4, 4), np.int16), np.eye(4))
