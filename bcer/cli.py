@@ -42,7 +42,8 @@ def tools(as_json: bool = typer.Option(False, "--json", help="print ToolSpecs as
         typer.echo(json.dumps([s.model_dump(mode="json") for s in specs], indent=2))
         return
     t = Table(title=f"{len(specs)} tools", show_lines=True)
-    for col in ("tool", "inputs", "outputs", "params (default, bounds)", "resources", "gpu", "milestone"):
+    t.add_column("tool", no_wrap=True)
+    for col in ("inputs", "outputs", "params (default, bounds)", "resources", "gpu", "milestone"):
         t.add_column(col)
     for s in specs:
         t.add_row(f"{s.name}\n[dim]{s.description}[/]",
@@ -166,7 +167,9 @@ def trace(case_dir: Path = typer.Argument(..., help="a case output folder (holds
     events = read_events(path)
     t0 = min((e.time for e in events), default=0.0)
     t = Table(title=f"{len(events)} events of {events[0].case if events else case_dir}")
-    for col in ("t+s", "kind", "node", "tool", "attempt", "duration", "worker", "detail"):
+    for col in ("t+s", "kind", "node", "tool"):
+        t.add_column(col, no_wrap=True)
+    for col in ("attempt", "duration", "worker", "detail"):
         t.add_column(col)
     for e in events:
         colour = {"failed": "red", "repaired": "yellow", "succeeded": "green", "fallback": "yellow"}.get(e.kind, "")
