@@ -141,13 +141,14 @@ def test_shipped_bundle_metadata_and_size() -> None:
     assert size <= 5 * 2**20
 
 
-def test_shipped_bundle_through_seg_cardiac_on_a_held_out_phantom() -> None:
+@pytest.mark.parametrize("offset,group", [(0, "NOR"), (1, "DCM")])
+def test_shipped_bundle_through_seg_cardiac_on_a_held_out_phantom(offset: int, group: str) -> None:
     from bcer.datasets.cardiac import make_cardiac
     from bcer.tools.registry import call_tool
     from bcer.tools.seg._common import dice
 
     B.clear_cache()
-    ph = make_cardiac("held_out", HELD_OUT_SEED, size="small", group="NOR")
+    ph = make_cardiac("held_out", HELD_OUT_SEED + offset, size="small", group=group)
     cine = ph.sequences["CINE"]
     params = {"bundle_dir": str(SHIPPED), "roi_size": 64}
     out = call_tool("seg.cardiac", {"cine": cine}, params)["labels"]
