@@ -1,0 +1,69 @@
+"""Run by test_multinode in its own process: a 3-node simulated cluster loses a worker node
+while a cohort runs; every case must still finish with its deliverables."""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+
+def main(out: Path) -> dict:
+    import importlib
+
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from bcer.contracts import Case, DeliverableSpec, Image, PlanSketch, SequenceRef, TaskContract, Validator
+    from bcer.engine.cohort import CohortConfig, run_cohort
+    from bcer.engine.planning import StaticPlanner
+    from bcer.tools.io import write_nifti
+
+    importlib.import_module("tests.engine._exec_tools")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
+    ray.init(address=cluster.address, log_to_driver=False)
+    cluster.wait_for_nodes()
+    cases = []
+    for i in range(4):
+        d = out / "in" / f"c{i}"
+        d.mkdir(parents=True)
+        p = write_nifti(Image(np.full((6, 6, 3), float(i), np.float32), np.eye(4)), d / "t1.nii.gz")
+        cases.append(Case(id=f"c{i}", root=str(d), sequences={"T1": SequenceRef(path=str(p))}))
+    plan = PlanSketch(goal="slow steps", steps=[
+        {"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1", "sleep_s": 1.5}},
+        {"id": "b", "tool": "xtoy.step", "args": {"img": "@node.a.image", "sleep_s": 1.5}}])
+    contract = TaskContract(id="mn", domain="any", goal="g", inputs=["T1"], milestones=["stepped"],
+                            deliverables=[DeliverableSpec(name="out", kind="image", milestone="stepped",
+                                                          file="out.nii.gz",
+                                                          validators=[Validator(type="nifti_nonempty")])])
+    killed = {}
+
+    def kill_later() -> None:
+        time.sleep(2.5)
+        killed["node"] = workers[0].node_id
+        cluster.remove_node(workers[0])
+
+    threading.Thread(target=kill_later, daemon=True).start()
+    result = run_cohort(cases, CohortConfig(out=out / "out", planner=StaticPlanner(plan), contract=contract,
+                                            max_in_flight=4))
+    events = result.events.to_pylist()
+    values = {r["case"]: float(np.asarray(
+        __import__("nibabel").load(str(out / "out" / r["case"] / "out.nii.gz")).dataobj).mean())
+        for r in result.rows if r["status"] == "succeeded"}
+    report = {"statuses": {r["case"]: r["status"] for r in result.rows}, "killed": killed.get("node", "")[:12],
+              "workers": sorted({e["worker"].split(":")[0] for e in events if e["kind"] == "succeeded" and e["worker"]}),
+              "values": values}
+    ray.shutdown()
+    cluster.shutdown()
+    return report
+
+
+if __name__ == "__main__":
+    print("RESULT " + json.dumps(main(Path(sys.argv[1]))))
