@@ -113,8 +113,10 @@ def write_bundle(net: torch.nn.Module, out: Path, pixdim: float, args: argparse.
     (out / "configs" / "inference.json").write_text(json.dumps({"network_def": NET_DEF}, indent=2))
     meta = {
         "name": "cardiac_unet2d", "version": "0.1.0",
-        "description": "2-D UNet for RV/MYO/LV on short-axis cine slices; trained on bcer phantoms "
-                       "by scripts/train_bundle.py (not for clinical use)",
+        "description": "2-D UNet for RV/MYO/LV on short-axis cine slices; trained on bcer 'small' "
+                       "phantoms (64x56 matrix, ~3 mm, ~190 mm field of view) by scripts/train_bundle.py. "
+                       "Larger fields of view (e.g. 'full' phantoms, ~350 mm) are out of distribution. "
+                       "Not for clinical use.",
         "task": "cardiac cine segmentation", "monai_version": __import__("monai").__version__,
         "training": {"steps": args.steps, "n_train_cases": args.n_train, "seed": args.seed,
                      "train_seeds": [TRAIN_SEED0, TRAIN_SEED0 + args.n_train - 1], "size": "small"},
