@@ -63,22 +63,16 @@ def _cases_for(task: str, n_cases: int, out: Path, size: str, data: Path | None,
 
 
 def _read_cases(root: Path) -> list[Case]:
-    """Cases of a dataset folder, or of each dataset sub-folder (``bench`` writes one per layout)."""
+    """Cases of a dataset folder; a folder whose sub-folders are named after layouts (as
+    ``bench`` writes its data) is read one layout at a time, by name, not by detection."""
     from ..api import load_cases
+    from ..datasets.layouts import layouts
 
-    try:
-        return load_cases(root)
-    except ToolError as err:
-        subs = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
-        cases = []
-        for sub in subs:
-            try:
-                cases += load_cases(sub)
-            except ToolError:
-                log.info("bench: %s holds no readable dataset; skipped", sub)
-        if not cases:
-            raise err
-        return cases
+    subs = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    known = layouts()
+    if subs and all(p.name in known for p in subs):
+        return [c for p in subs for c in load_cases(p, p.name)]
+    return load_cases(root)
 
 
 def _run_task(task: str, cases: list[Case], out: Path, address: str | None, seed: int,
