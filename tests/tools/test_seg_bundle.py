@@ -130,6 +130,13 @@ SHIPPED = Path(__file__).resolve().parents[2] / "bcer" / "assets" / "bundles" / 
 HELD_OUT_SEED = 9000  # scripts/train_bundle.py evaluates on seeds 9000+, trains on 1000+
 
 
+def test_shipped_bundle_lookup() -> None:
+    assert B.shipped_bundle() == SHIPPED
+    with pytest.raises(ToolError) as e:
+        B.shipped_bundle("cardiac_unet")
+    assert e.value.code == ErrorCode.input_missing and "cardiac_unet2d" in e.value.hint
+
+
 def test_shipped_bundle_metadata_and_size() -> None:
     meta = json.loads((SHIPPED / "configs" / "metadata.json").read_text())
     metrics = json.loads((SHIPPED / "metrics.json").read_text())

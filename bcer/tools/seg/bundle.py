@@ -33,11 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from ...contracts.errors import ErrorCode, ToolError
+from ...contracts.errors import ErrorCode, ToolError, did_you_mean
 from .._gpu import torch_device
 
 log = logging.getLogger(__name__)
 
+SHIPPED_DIR = Path(__file__).resolve().parents[2] / "assets" / "bundles"
 _CONFIG_NAMES = ("inference.json", "metadata.json")
 _MODEL_NAMES = ("model.pt", "model.ts")
 
@@ -89,6 +90,15 @@ def _bundle_files(bundle_dir: str | Path) -> tuple[Path, list[Path], Path]:
         raise ToolError(ErrorCode.input_missing, f"bundle {root} has no models/model.pt or "
                         "models/model.ts", file=str(root / "models" / "model.pt"), arg="bundle_dir")
     return root.resolve(), configs, models[0]
+
+
+def shipped_bundle(name: str = "cardiac_unet2d") -> Path:
+    """Folder of a bundle shipped with bcer (``bcer/assets/bundles/<name>``)."""
+    names = sorted(p.name for p in SHIPPED_DIR.iterdir() if p.is_dir()) if SHIPPED_DIR.is_dir() else []
+    if name not in names:
+        raise ToolError(ErrorCode.input_missing, f"no shipped bundle {name!r}", hint=did_you_mean(name, names),
+                        file=str(SHIPPED_DIR / name), arg="bundle_dir")
+    return SHIPPED_DIR / name
 
 
 def load_bundle(bundle_dir: str | Path, device: str = "cpu") -> Bundle:
