@@ -289,9 +289,6 @@ class _Builder:
         step = next((s for s in self.steps if s.id == parts[1]), None)
         return self._sig_of(step) if step is not None and step.tool in self.specs else ("?", tok)
 
-    def milestones(self) -> set[str | None]:
-        return {self.specs[s.tool].milestone for s in self.steps if s.tool in self.specs}
-
 
 def _registry(registry: Mapping[str, Any] | None) -> dict[str, ToolSpec]:
     if registry is None:
@@ -316,7 +313,7 @@ class OfflineBrain:
     >>> brain = OfflineBrain()
     >>> sketch = brain.plan("grade this glioma", case)          # doctest: +SKIP
     >>> [s.tool for s in sketch.steps]                          # doctest: +SKIP
-    ['seg.brain_tumor', 'quant.roi_features', 'classify.glioma_grade']
+    ['seg.brain_tumor', 'classify.glioma_grade']
     """
 
     name = "offline"
