@@ -54,15 +54,20 @@ class AcdcParams(BaseModel):
                                        description="regional contraction abnormality: at least this many abnormal segments")
 
 
-_ACDC_KEYS = ("lv_ef_pct", "lv_edvi_ml_m2", "rv_edvi_ml_m2", "rv_ef_pct", "max_wall_thickness_mm",
+_ACDC_KEYS = ("lv_ef_pct", "lv_edvi_ml_m2", "rv_edvi_ml_m2", "rv_ef_pct", "wall_mm",
               "lv_mass_index_g_m2", "n_abnormal_segments")
 
 
-def _function_values(function: Table) -> dict[str, float]:
+def _function_values(function: Table) -> tuple[dict[str, float], str]:
+    """The measurements the ACDC rules use. Wall thickness is the thickest segment when the
+    table has it (ACDC's "segment thickness", robust to stray segmentation voxels), else the
+    largest voxel distance to the cavity."""
     if not function.rows:
         raise ToolError(ErrorCode.value_range, "function table has no rows", arg="function")
-    row = function.rows[0]
-    missing = [k for k in _ACDC_KEYS if row.get(k) is None]
+    row = dict(function.rows[0])
+    wall_key = "max_segment_wall_mm" if _finite(row.get("max_segment_wall_mm")) else "max_wall_thickness_mm"
+    row["wall_mm"] = row.get(wall_key)
+    missing = [wall_key if k == "wall_mm" else k for k in _ACDC_KEYS if row.get(k) is None]
     if missing:
         raise ToolError(ErrorCode.input_missing, f"function table lacks {missing}",
                         hint="use quant.cardiac_function with height_cm/weight_kg bound to @case.height/@case.weight",
@@ -71,7 +76,11 @@ def _function_values(function: Table) -> dict[str, float]:
     bad = [k for k, v in vals.items() if not np.isfinite(v)]
     if bad:
         raise ToolError(ErrorCode.numeric, f"function table has non-finite {bad}", arg="function")
-    return vals
+    return vals, wall_key
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and bool(np.isfinite(v))
 
 
 @tool("classify.cardiac_acdc", version="1.0", milestone="classification", resources={"num_cpus": 1, "memory_mb": 256},
@@ -79,7 +88,7 @@ def _function_values(function: Table) -> dict[str, float]:
 def cardiac_acdc(function: Table, params: AcdcParams) -> Classification:
     """ACDC group (NOR, DCM, HCM, MINF, RV) from cardiac function by the ACDC criteria.
 
-    Order: HCM if LVEF > 55 % and (max wall >= 15 mm or LV mass index >= 110 g/m2); else with
+    Order: HCM if LVEF > 55 % and (thickest segment >= 15 mm or LV mass index >= 110 g/m2); else with
     LVEF < 40 %: MINF when >= 2 segments contract abnormally (akinetic and thinned), DCM when
     LVEDVi > 100 mL/m2, else MINF (reduced EF without dilation); else RV if RVEDVi > 110 mL/m2
     or RVEF < 40 %; else NOR.
@@ -93,12 +102,11 @@ def cardiac_acdc(function: Table, params: AcdcParams) -> Classification:
     Raises:
         ToolError: ``input_missing`` (a needed measurement absent), ``numeric`` (NaN).
     """
-    v = _function_values(function)
+    v, wall_key = _function_values(function)
     p, tr = params, []
     reduced = _rule(tr, "LVEF < lvef_low", v["lv_ef_pct"], p.lvef_low_pct, v["lv_ef_pct"] < p.lvef_low_pct)
     preserved = _rule(tr, "LVEF > lvef_hcm", v["lv_ef_pct"], p.lvef_hcm_pct, v["lv_ef_pct"] > p.lvef_hcm_pct)
-    thick = _rule(tr, "max wall >= wall_hcm", v["max_wall_thickness_mm"], p.wall_hcm_mm,
-                  v["max_wall_thickness_mm"] >= p.wall_hcm_mm)
+    thick = _rule(tr, "max wall >= wall_hcm", v["wall_mm"], p.wall_hcm_mm, v["wall_mm"] >= p.wall_hcm_mm)
     heavy = _rule(tr, "LV mass index >= mass_index_hcm", v["lv_mass_index_g_m2"], p.mass_index_hcm,
                   v["lv_mass_index_g_m2"] >= p.mass_index_hcm)
     dilated = _rule(tr, "LVEDVi > lvedvi_high", v["lv_edvi_ml_m2"], p.lvedvi_high, v["lv_edvi_ml_m2"] > p.lvedvi_high)
@@ -118,7 +126,8 @@ def cardiac_acdc(function: Table, params: AcdcParams) -> Classification:
         label, why = "RV", "dilated or poorly contracting RV"
     else:
         label, why = "NOR", "no criterion met"
-    evidence = {k: evidence_id(function, "function", k) for k in _ACDC_KEYS}
+    used = [wall_key if k == "wall_mm" else k for k in _ACDC_KEYS]
+    evidence = {k: evidence_id(function, "function", k) for k in used}
     return Classification(label, tr, evidence, meta={"decision": why, "method": "ACDC criteria, ordered rules"})
 
 

@@ -46,7 +46,10 @@ def test_acdc_rule_order_and_trace() -> None:
     cases = [({}, "NOR"), ({"max_wall_thickness_mm": 16.0}, "HCM"), ({"lv_mass_index_g_m2": 115.0}, "HCM"),
              ({"lv_ef_pct": 30.0, "lv_edvi_ml_m2": 130.0}, "DCM"),
              ({"lv_ef_pct": 30.0, "n_abnormal_segments": 5}, "MINF"),
-             ({"rv_edvi_ml_m2": 140.0}, "RV"), ({"rv_ef_pct": 30.0}, "RV")]
+             ({"rv_edvi_ml_m2": 140.0}, "RV"), ({"rv_ef_pct": 30.0}, "RV"),
+             # a stray voxel makes the voxel-wise maximum 16 mm; the thickest segment decides
+             ({"max_wall_thickness_mm": 16.0, "max_segment_wall_mm": 11.0}, "NOR"),
+             ({"max_segment_wall_mm": 17.0}, "HCM")]
     for change, want in cases:
         c = call_tool("classify.cardiac_acdc", {"function": Table([{**base, **change}])})["classification"]
         assert c.label == want, (change, c.label)

@@ -35,6 +35,8 @@ def test_cardiac_function_vs_truth(group: str) -> None:
         assert row["lv_sv_ml"] == pytest.approx(truth["lv_edv_ml"] - truth["lv_esv_ml"])
         assert (row["ed_frame"], row["es_frame"]) == (truth["ed_frame"], truth["es_frame"])
         assert (row["n_abnormal_segments"] >= 2) == (group == "MINF")
+        assert (row["max_segment_wall_mm"] >= 15) == (group == "HCM")  # ACDC segment thickness
+        assert row["max_segment_wall_mm"] <= row["max_wall_thickness_mm"] + 1.0
         assert t.units["lv_edvi_ml_m2"] == "mL/m2" and t.units["lv_ef_pct"] == "%" and t.units["myo_mass_g"] == "g"
         assert t.meta["regional"] and {"slice", "sector", "thickening_pct"} <= set(t.meta["regional"][0])
 
