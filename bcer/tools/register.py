@@ -41,6 +41,11 @@ class RegisterParams(BaseModel):
     initializer: Literal["both", "moments", "geometry"] = Field(
         "both", description="centred initializer: intensity moments, grid centres, or both (keep the better)")
     seed: int = Field(0, ge=0, description="seed of the metric's random sampling (reproducible runs)")
+    ignore_zeros: bool = Field(True, description="treat voxels exactly 0 as outside the field of view "
+                                                 "(padding left by earlier resampling or motion)")
+    sample_on: Literal["coarser", "fixed"] = Field(
+        "coarser", description="grid the metric samples: the image with larger voxels (the result "
+                               "is inverted back to fixed->moving), or always the fixed image")
 
 
 class ApplyParams(BaseModel):
@@ -67,8 +72,8 @@ def _normalised(data: np.ndarray, affine: np.ndarray) -> sitk.Image:
     return to_sitk(np.clip((d - lo) / max(hi - lo, 1e-6), 0.0, 1.0), affine)
 
 
-def _run(f_img: sitk.Image, m_img: sitk.Image, f_mask: sitk.Image | None, p: RegisterParams,
-         kind: str, init: str) -> tuple[sitk.Transform, dict]:
+def _run(f_img: sitk.Image, m_img: sitk.Image, masks: tuple[sitk.Image | None, sitk.Image | None],
+         p: RegisterParams, kind: str, init: str) -> tuple[sitk.Transform, dict]:
     """One multi-resolution registration from one centred initialisation."""
     base = sitk.Euler3DTransform() if kind == "rigid" else sitk.AffineTransform(3)
     mode = (sitk.CenteredTransformInitializerFilter.MOMENTS if init == "moments"
@@ -79,8 +84,7 @@ def _run(f_img: sitk.Image, m_img: sitk.Image, f_mask: sitk.Image | None, p: Reg
     reg.SetMetricSamplingStrategy(reg.RANDOM)
     # SimpleITK reads seed 0 as "seed from the wall clock": shift by one to stay reproducible.
     reg.SetMetricSamplingPercentage(p.sampling_fraction, p.seed + 1)
-    if f_mask is not None:
-        reg.SetMetricFixedMask(f_mask)
+    _set_masks(reg, masks)
     reg.SetInterpolator(sitk.sitkLinear)
     reg.SetOptimizerAsRegularStepGradientDescent(learningRate=p.learning_rate, minStep=p.min_step,
                                                  numberOfIterations=p.iterations,
@@ -93,20 +97,39 @@ def _run(f_img: sitk.Image, m_img: sitk.Image, f_mask: sitk.Image | None, p: Reg
     final = reg.Execute(f_img, m_img)
     return final, {"init": init, "iterations": int(reg.GetOptimizerIteration()),
                    "stop": reg.GetOptimizerStopConditionDescription(),
-                   "metric": _full_metric(f_img, m_img, f_mask, final, p.histogram_bins)}
+                   "metric": _full_metric(f_img, m_img, masks, final, p.histogram_bins)}
 
 
-def _full_metric(f_img: sitk.Image, m_img: sitk.Image, f_mask: sitk.Image | None,
+def _set_masks(reg: sitk.ImageRegistrationMethod, masks: tuple[sitk.Image | None, sitk.Image | None]) -> None:
+    if masks[0] is not None:
+        reg.SetMetricFixedMask(masks[0])
+    if masks[1] is not None:
+        reg.SetMetricMovingMask(masks[1])
+
+
+def _full_metric(f_img: sitk.Image, m_img: sitk.Image, masks: tuple[sitk.Image | None, sitk.Image | None],
                  tx: sitk.Transform, bins: int) -> float:
     """Mattes MI at full resolution over every fixed voxel: a fair score between candidates."""
     reg = sitk.ImageRegistrationMethod()
     reg.SetMetricAsMattesMutualInformation(numberOfHistogramBins=bins)
     reg.SetMetricSamplingStrategy(reg.NONE)
-    if f_mask is not None:
-        reg.SetMetricFixedMask(f_mask)
+    _set_masks(reg, masks)
     reg.SetInterpolator(sitk.sitkLinear)
     reg.SetInitialTransform(tx, inPlace=False)
     return float(reg.MetricEvaluate(f_img, m_img))
+
+
+def _valid(data: np.ndarray, mask: np.ndarray | None, ignore_zeros: bool) -> np.ndarray | None:
+    """Where the metric may look: the given mask, minus exact zeros (padding) when asked."""
+    valid = mask
+    if ignore_zeros:
+        nonzero = data != 0
+        if not nonzero.all():
+            valid = nonzero if valid is None else valid & nonzero
+    if valid is not None and np.count_nonzero(valid) < 64:
+        raise ToolError(ErrorCode.value_range, f"only {np.count_nonzero(valid)} voxels left for the metric",
+                        hint="check the mask, or set ignore_zeros=false for images with true zeros", arg="mask")
+    return valid
 
 
 def _register(fixed: Image, moving: Image, mask: Mask | None, p: RegisterParams,
@@ -119,17 +142,28 @@ def _register(fixed: Image, moving: Image, mask: Mask | None, p: RegisterParams,
     if mask is not None:
         require_same_grid(fixed, mask, "fixed", "mask")
         require_nonempty(mask, "mask")
-        f_mask = to_sitk((np.asarray(mask.data) > 0).astype(np.uint8), mask.affine)
+        f_mask = np.asarray(mask.data) > 0
+    f_valid, m_valid = _valid(fdata, f_mask, p.ignore_zeros), _valid(mdata, None, p.ignore_zeros)
+    f_sk = None if f_valid is None else to_sitk(f_valid.astype(np.uint8), fixed.affine)
+    m_sk = None if m_valid is None else to_sitk(m_valid.astype(np.uint8), moving.affine)
+    # Sampling the metric on the finer grid interpolates the coarser image between its
+    # voxels, and MI then favours offsets that line its slices up (measured: ~1 mm along the
+    # slice axis for ADC -> T2w). Sampling on the coarser grid and inverting avoids that.
+    swap = p.sample_on == "coarser" and moving.voxel_volume_ml > 1.05 * fixed.voxel_volume_ml
+    a, b, masks = (m_img, f_img, (m_sk, f_sk)) if swap else (f_img, m_img, (f_sk, m_sk))
     inits = ["moments", "geometry"] if p.initializer == "both" else [p.initializer]
     # Mutual information has local optima; starting from both centrings and keeping the
     # better full-resolution metric removes most gross failures for twice the time.
-    runs = [_run(f_img, m_img, f_mask, p, kind, init) for init in inits]
+    runs = [_run(a, b, masks, p, kind, init) for init in inits]
     final, best = min(runs, key=lambda r: r[1]["metric"])
     matrix = transform_to_ras(final)
-    if not np.all(np.isfinite(matrix)):
+    if not np.all(np.isfinite(matrix)) or abs(np.linalg.det(matrix[:3, :3])) < 1e-9:
         raise ToolError(ErrorCode.numeric, f"{kind} registration diverged (non-finite transform)",
                         hint="lower learning_rate or use initializer='geometry'")
+    if swap:
+        matrix = np.linalg.inv(matrix)
     meta = {"method": f"sitk.{kind}.mattes_mi", **best, "levels": len(p.shrink_factors),
+            "sampled_on": "moving" if swap else "fixed",
             "candidates": {r[1]["init"]: r[1]["metric"] for r in runs}}
     log.debug("register.%s: %s", kind, meta)
     transform = Transform(matrix, kind, np.array(fixed.affine, dtype=np.float64), meta)
