@@ -294,23 +294,39 @@ def glioma_accuracy(n_per_grade: int = 10) -> dict[str, Any]:
     return {"n": 2 * n_per_grade, "size": "small", **{k: float(np.mean(v)) for k, v in res.items()}}
 
 
+def _accuracy() -> dict[str, Any]:
+    return {"acdc_accuracy": acdc_accuracy(), "prostate_accuracy": prostate_accuracy(),
+            "glioma_accuracy": glioma_accuracy()}
+
+
+def _merge(path: Path, doc: dict[str, Any]) -> dict[str, Any]:
+    """A run of some tools (``--tools``) updates their rows in an existing result file."""
+    if not path.exists():
+        return doc
+    old = json.loads(path.read_text())
+    fresh = {r["tool"]: dict(r, run=doc["machine"]) for r in doc["tools"]}
+    old["tools"] = [fresh.pop(r["tool"], r) for r in old.get("tools", [])] + list(fresh.values())
+    return old
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="full", choices=["full", "small"])
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds per tool and size")
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--tools", default="", help="comma-separated tool names (default: every registered tool)")
-    ap.add_argument("--accuracy", action="store_true", help="add the 50-case ACDC accuracy")
+    ap.add_argument("--tools", default="", help="comma-separated tool names (default: every registered tool; "
+                                                 "a subset updates its rows in --out)")
+    ap.add_argument("--accuracy", action="store_true", help="add the classifier accuracy sections")
     ap.add_argument("--accuracy-only", action="store_true",
                     help="recompute only the accuracy sections of an existing --out file")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "tools.json"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    path = Path(args.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
     if args.accuracy_only:
-        path = Path(args.out)
         doc = json.loads(path.read_text()) if path.exists() else {"benchmark": "tools"}
-        doc.update(acdc_accuracy=acdc_accuracy(), prostate_accuracy=prostate_accuracy(),
-                   glioma_accuracy=glioma_accuracy())
+        doc.update(_accuracy())
         path.write_text(json.dumps(doc, indent=2) + "\n")
         return
     names = [s.name for s in list_tools()]
@@ -328,14 +344,12 @@ def main() -> None:
                        "load_average_at_end": [round(x, 2) for x in os.getloadavg()]},
            "phantom_build_s": {s: p.build_s for s, p in pools.items()}, "tools": rows,
            "total_s": round(time.perf_counter() - t0, 1)}
+    if args.tools:
+        doc = _merge(path, doc)
     if args.accuracy:
-        doc["acdc_accuracy"] = acdc_accuracy()
-        doc["prostate_accuracy"] = prostate_accuracy()
-        doc["glioma_accuracy"] = glioma_accuracy()
-    path = Path(args.out)
-    path.parent.mkdir(parents=True, exist_ok=True)
+        doc.update(_accuracy())
     path.write_text(json.dumps(doc, indent=2) + "\n")
-    log.info("wrote %s (%.0f s)", path, doc["total_s"])
+    log.info("wrote %s (%.0f s)", path, time.perf_counter() - t0)
 
 
 if __name__ == "__main__":
