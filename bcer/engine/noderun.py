@@ -77,6 +77,12 @@ def _meta(t0: float, device: str, **extra: Any) -> dict[str, Any]:
             "pid": os.getpid(), "device": device, **extra}
 
 
+def _stamp_origin(artifact: Any, node: str | None, field: str, tool: str) -> None:
+    meta = getattr(artifact, "meta", None)
+    if isinstance(meta, dict) and node:
+        meta["origin"] = {"node": node, "field": field, "tool": tool}
+
+
 def run_node(spec: dict[str, Any], *values: Any) -> tuple[Any, ...]:
     """Run one node: ``spec`` names the tool, ports, params and outputs; ``values`` are the
     resolved inputs (Ray has already fetched the ObjectRefs), in ``spec["ports"]`` order.
@@ -97,6 +103,8 @@ def run_node(spec: dict[str, Any], *values: Any) -> tuple[Any, ...]:
         if missing:
             raise ToolError(ErrorCode.internal, f"{spec['tool']} returned no field {missing[0]!r}",
                             tool=spec["tool"])
+        for f in outputs:  # every output names where it came from (report evidence ids, audit)
+            _stamp_origin(result[f], spec.get("node"), f, spec["tool"])
         digests = {f: artifact_digest(result[f]) for f in outputs}
     except ToolError as e:
         e.with_context(node=spec.get("node"), case=spec.get("case"), device=device)
