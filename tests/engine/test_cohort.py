@@ -102,3 +102,18 @@ def test_study_api_returns_tables_and_rejected_row(ray_local, tmp_path):
     assert result.events.num_rows > 0
     row = bcer.run_case(cases[0], task=CONTRACT, plan=PLAN, out=tmp_path / "one")
     assert row["status"] == "succeeded" and "stepped" in row["deliverables"]
+
+
+def test_outputs_carry_their_origin_node_and_field(ray_local, tmp_path):
+    contract = TaskContract(
+        id="toy_measure", domain="any", goal="measure", inputs=["T1"], milestones=["measured"],
+        deliverables=[DeliverableSpec(name="stats", kind="table", milestone="measured", file="stats.json",
+                                      validators=[Validator(type="table_rows", arg=1)])])
+    plan = PlanSketch(goal="measure", steps=[
+        {"id": "first", "tool": "xtoy.step", "args": {"img": "@seq.T1"}},
+        {"id": "stats_node", "tool": "xtoy.measure", "args": {"img": "@node.first.image"}}])
+    row = bcer.run_case(make_cases(tmp_path / "in", 1)[0], task=contract, plan=plan, out=tmp_path / "out")
+    assert row["status"] == "succeeded"
+    doc = json.loads((tmp_path / "out" / row["deliverables"]["stats"]).read_text())
+    assert doc["meta"]["origin"] == {"node": "stats_node", "field": "table", "tool": "xtoy.measure"}
+    assert doc["rows"][0]["mean"] == pytest.approx(1.0)
