@@ -56,7 +56,12 @@ PHRASINGS = {
 
 @pytest.fixture(scope="module")
 def brain() -> OfflineBrain:
-    return OfflineBrain()
+    """The Brain over bcer's own tools: toy tools other test modules register (``xtoy.*``)
+    must not compete with them when a goal is planned without a contract."""
+    from bcer.tools.registry import REGISTRY, load_all
+
+    load_all()
+    return OfflineBrain({k: v for k, v in REGISTRY.items() if v.fn.__module__.startswith("bcer.tools")})
 
 
 def _reached(wf) -> set[str]:
