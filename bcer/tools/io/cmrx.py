@@ -27,6 +27,7 @@ import numpy as np
 
 from ...contracts.artifacts import Cine, Image, KSpace
 from ...contracts.errors import ErrorCode, ToolError
+from ._hdf5 import open_hdf5
 
 if TYPE_CHECKING:
     import h5py
@@ -42,16 +43,7 @@ __all__ = ["kspace_shape", "read_cmrx_kspace", "read_cmrx_mask", "write_cmrx_ksp
 
 
 def _open(path: str | Path) -> "h5py.File":
-    import h5py
-
-    path = Path(path)
-    if not path.exists():
-        raise ToolError(ErrorCode.input_missing, f"file not found: {path}", file=str(path))
-    try:
-        return h5py.File(path, "r")
-    except OSError as e:
-        raise ToolError(ErrorCode.schema, f"{path.name} is not a MATLAB v7.3 (HDF5) file: {e}",
-                        hint="save with -v7.3; older .mat versions are not HDF5", file=str(path)) from e
+    return open_hdf5(path, "a MATLAB v7.3 (HDF5) file", "save with -v7.3; older .mat versions are not HDF5")
 
 
 def kspace_variable(f, path: Path, name: str | None = None) -> str:

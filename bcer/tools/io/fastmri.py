@@ -29,6 +29,7 @@ import numpy as np
 
 from ...contracts.artifacts import Image, KSpace
 from ...contracts.errors import ErrorCode, ToolError
+from ._hdf5 import open_hdf5
 from .serialize import to_jsonable
 
 if TYPE_CHECKING:
@@ -42,16 +43,7 @@ __all__ = ["read_fastmri", "read_fastmri_reference", "write_fastmri", "fastmri_h
 
 
 def _open(path: str | Path) -> "h5py.File":
-    import h5py
-
-    path = Path(path)
-    if not path.exists():
-        raise ToolError(ErrorCode.input_missing, f"file not found: {path}", file=str(path))
-    try:
-        return h5py.File(path, "r")
-    except OSError as e:
-        raise ToolError(ErrorCode.schema, f"{path.name} is not a readable HDF5 file: {e}",
-                        hint="fastMRI files are HDF5 (.h5)", file=str(path)) from e
+    return open_hdf5(path, "a readable HDF5 file", "fastMRI files are HDF5 (.h5)")
 
 
 def _grid_from_xml(xml: str, space: str, path: Path) -> tuple[tuple[int, int], tuple[float, float, float]]:
