@@ -321,6 +321,18 @@ def lesion_side_accuracy(case: Case, case_dir: Path, contract: TaskContract) -> 
     return None if m is None else float(np.mean([ok for _, ok in m]))
 
 
+@metric("lesion_false_positives")
+def lesion_false_positives(case: Case, case_dir: Path, contract: TaskContract) -> float | None:
+    """Findings that overlap no true lesion (box IoU < 0.1); counted on lesion-free cases too."""
+    values = _values(case)
+    name = next((d.name for d in contract.deliverables if d.kind.value == "findings"), None)
+    if "lesions" not in values or name is None:
+        return None
+    items = _json(_deliverable_path(case_dir, contract, name)).get("items", [])
+    truth = [les["box_voxel"] for les in values["lesions"]]
+    return float(sum(all(box_iou(t, f["box_voxel"]) < 0.1 for t in truth) for f in items))
+
+
 def case_quality(case: Case, case_dir: str | Path, contract: TaskContract) -> dict[str, float | None]:
     """Every quality metric of the contract for one case; a metric that cannot be computed
     (no truth, deliverable missing or unreadable) is None and logged, never raised."""
