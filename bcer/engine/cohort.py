@@ -180,14 +180,20 @@ def run_cohort(cases: Iterable[Case], cfg: CohortConfig,
             todo.append(case)
     if todo:
         ensure_ray(cfg.address)
-        reflector = _reflector(2 if cfg.max_in_flight > 2 else 1)
-        with ThreadPoolExecutor(max_workers=max(1, cfg.max_in_flight), thread_name_prefix="bcer-case") as pool:
-            futures = {pool.submit(run_one, c, cfg, reflector, hooks): c for c in todo}
-            for fut in as_completed(futures):
-                row = fut.result()
-                rows.append(row)
-                if on_case_done:
-                    on_case_done(row)
+        from ..tools.registry import load_all
+
+        load_all()  # before the case threads start planning
+        reflector = _reflector(cfg.run_id, 2 if cfg.max_in_flight > 2 else 1)
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, cfg.max_in_flight), thread_name_prefix="bcer-case") as pool:
+                futures = {pool.submit(run_one, c, cfg, reflector, hooks): c for c in todo}
+                for fut in as_completed(futures):
+                    row = fut.result()
+                    rows.append(row)
+                    if on_case_done:
+                        on_case_done(row)
+        finally:
+            _release(reflector)
     order = {c.id: i for i, c in enumerate(cases)}
     rows.sort(key=lambda r: order.get(r["case"], len(order)))
     result = CohortResult(cfg.out, rows, cfg.run_id)
@@ -195,11 +201,20 @@ def run_cohort(cases: Iterable[Case], cfg: CohortConfig,
     return result
 
 
-def _reflector(size: int = 2):
-    """A small pool shared by the cases of the cohort (a later tier 2 holds an LLM client)."""
+def _reflector(run_id: str, size: int = 2):
+    """A small pool shared by the cases of the cohort (a later tier 2 holds an LLM client).
+    Named by run, so cohorts running side by side (one per task in ``bcer bench``) never share
+    a repair budget for cases that have the same id."""
     from ..actors.reflector import ReflectorPool
 
-    return ReflectorPool(size)
+    return ReflectorPool(size, prefix=f"bcer_reflector_{run_id}")
+
+
+def _release(pool) -> None:
+    import ray
+
+    for member in getattr(pool, "members", []):
+        ray.kill(member, no_restart=True)
 
 
 def write_cohort_outputs(result: CohortResult, cfg: CohortConfig) -> None:

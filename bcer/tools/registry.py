@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import threading
 import types
 import typing
 from dataclasses import dataclass
@@ -206,21 +207,26 @@ def call_tool(name: str, inputs: dict[str, Any], params: dict[str, Any] | BaseMo
 
 
 _LOADED = False
+_LOAD_LOCK = threading.RLock()
 
 
 def load_all() -> None:
     """Import every module of ``bcer.tools`` so their ``@tool`` decorators run (no edit point
-    to keep in sync when a tool module is added)."""
+    to keep in sync when a tool module is added). Thread-safe: a planner in another thread
+    never sees a half-filled registry."""
     global _LOADED
     if _LOADED:
         return
-    _LOADED = True
-    import importlib
-    import pkgutil
+    with _LOAD_LOCK:
+        if _LOADED:
+            return
+        import importlib
+        import pkgutil
 
-    from .. import tools as pkg
+        from .. import tools as pkg
 
-    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
-        if m.name.rsplit(".", 1)[-1].startswith("_"):
-            continue
-        importlib.import_module(m.name)
+        for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+            if m.name.rsplit(".", 1)[-1].startswith("_"):
+                continue
+            importlib.import_module(m.name)
+        _LOADED = True
