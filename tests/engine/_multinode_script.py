@@ -28,7 +28,6 @@ def main(out: Path) -> dict:
     importlib.import_module("tests.engine._exec_tools")
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
-    ray.init(address=cluster.address, log_to_driver=False)
     cluster.wait_for_nodes()
     cases = []
     for i in range(4):
@@ -50,16 +49,22 @@ def main(out: Path) -> dict:
         killed["node"] = workers[0].node_id
         cluster.remove_node(workers[0])
 
+    from bcer.engine.cluster import ensure_ray
+
+    resources = ensure_ray(cluster.address)
+    assert resources.get("CPU") == 3.0, resources
     threading.Thread(target=kill_later, daemon=True).start()
+    # the driver joins the existing cluster by address, as `bcer cohort --address HOST:PORT` does
     result = run_cohort(cases, CohortConfig(out=out / "out", planner=StaticPlanner(plan), contract=contract,
-                                            max_in_flight=4))
+                                            max_in_flight=4, address=cluster.address))
+    report_nodes = len([n for n in ray.nodes() if n["Alive"]])
     events = result.events.to_pylist()
     values = {r["case"]: float(np.asarray(
         __import__("nibabel").load(str(out / "out" / r["case"] / "out.nii.gz")).dataobj).mean())
         for r in result.rows if r["status"] == "succeeded"}
     report = {"statuses": {r["case"]: r["status"] for r in result.rows}, "killed": killed.get("node", "")[:12],
               "workers": sorted({e["worker"].split(":")[0] for e in events if e["kind"] == "succeeded" and e["worker"]}),
-              "values": values}
+              "values": values, "alive_nodes_after": report_nodes}
     ray.shutdown()
     cluster.shutdown()
     return report

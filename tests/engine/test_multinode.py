@@ -23,3 +23,4 @@ def test_cohort_survives_losing_a_worker_node(tmp_path):
     # each case's deliverable is exactly what a clean run gives: input value + 1 + 1
     assert report["values"] == {f"c{i}": i + 2.0 for i in range(4)}
     assert len(report["workers"]) >= 2  # the work really was spread over several nodes
+    assert report["alive_nodes_after"] == 2  # head + the surviving worker
