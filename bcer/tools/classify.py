@@ -54,18 +54,20 @@ class AcdcParams(BaseModel):
                                        description="regional contraction abnormality: at least this many abnormal segments")
 
 
+_WALL_KEYS = ("robust_segment_wall_mm", "max_segment_wall_mm", "max_wall_thickness_mm")
 _ACDC_KEYS = ("lv_ef_pct", "lv_edvi_ml_m2", "rv_edvi_ml_m2", "rv_ef_pct", "wall_mm",
               "lv_mass_index_g_m2", "n_abnormal_segments")
 
 
 def _function_values(function: Table) -> tuple[dict[str, float], str]:
-    """The measurements the ACDC rules use. Wall thickness is the thickest segment when the
-    table has it (ACDC's "segment thickness", robust to stray segmentation voxels), else the
-    largest voxel distance to the cavity."""
+    """The measurements the ACDC rules use. Wall thickness is, in this order of preference, the
+    thickest sector wall that two slices reach (robust to a one-slice excursion of a coarse
+    segmentation), the thickest segment (ACDC's "segment thickness", robust to stray
+    segmentation voxels), else the largest voxel distance to the cavity."""
     if not function.rows:
         raise ToolError(ErrorCode.value_range, "function table has no rows", arg="function")
     row = dict(function.rows[0])
-    wall_key = "max_segment_wall_mm" if _finite(row.get("max_segment_wall_mm")) else "max_wall_thickness_mm"
+    wall_key = next((k for k in _WALL_KEYS if _finite(row.get(k))), _WALL_KEYS[-1])
     row["wall_mm"] = row.get(wall_key)
     missing = [wall_key if k == "wall_mm" else k for k in _ACDC_KEYS if row.get(k) is None]
     if missing:

@@ -177,12 +177,30 @@ def _ef(edv: float, esv: float) -> float:
     return 100.0 * (edv - esv) / edv if edv > 0 else 0.0
 
 
+def robust_segment_wall_mm(rows: list[dict[str, Any]]) -> float:
+    """Thickest sector wall (mm) that at least two slices reach.
+
+    Per sector, the second-largest ED segment wall over slices (the only one when a sector
+    has a single slice); the largest of these over sectors. Hypertrophy spans several
+    slices of a sector, while a coarse segmentation's one-slice excursion (a partial-volume
+    apical slice, a leak into the pericardial tissue) does not: at ~3 mm in-plane voxels such
+    an excursion adds 3-5 mm to one segment of a normal wall.
+    """
+    by_sector: dict[int, list[float]] = {}
+    for r in rows:
+        by_sector.setdefault(int(r["sector"]), []).append(float(r["wall_ed_mm"]))
+    if not by_sector:
+        return float("nan")
+    return max(sorted(v)[-2] if len(v) >= 2 else v[0] for v in by_sector.values())
+
+
 def _regional(ed_lab: np.ndarray, es_lab: np.ndarray, spacing_xy: tuple[float, float],
               p: CardiacFunctionParams) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     rows = regional_thickening(ed_lab, es_lab, spacing_xy, p.n_sectors)
     if not rows:
         return {"n_segments": 0, "n_abnormal_segments": 0, "median_segment_thickening_pct": float("nan"),
-                "min_segment_thickening_pct": float("nan"), "max_segment_wall_mm": float("nan")}, rows
+                "min_segment_thickening_pct": float("nan"), "max_segment_wall_mm": float("nan"),
+                "robust_segment_wall_mm": float("nan")}, rows
     wall = np.array([r["wall_ed_mm"] for r in rows])
     thick = np.array([r["thickening_pct"] for r in rows])
     abnormal = (thick < p.akinesia_thickening_pct) & (wall < p.thinning_ratio * np.median(wall))
@@ -190,7 +208,8 @@ def _regional(ed_lab: np.ndarray, es_lab: np.ndarray, spacing_xy: tuple[float, f
         r["abnormal"] = bool(a)
     return {"n_segments": len(rows), "n_abnormal_segments": int(abnormal.sum()),
             "median_segment_thickening_pct": float(np.median(thick)),
-            "min_segment_thickening_pct": float(thick.min()), "max_segment_wall_mm": float(wall.max())}, rows
+            "min_segment_thickening_pct": float(thick.min()), "max_segment_wall_mm": float(wall.max()),
+            "robust_segment_wall_mm": robust_segment_wall_mm(rows)}, rows
 
 
 _FUNCTION_UNITS = {
@@ -198,7 +217,7 @@ _FUNCTION_UNITS = {
     "rv_sv_ml": "mL", "rv_ef_pct": "%", "myo_volume_ml": "mL", "myo_mass_g": "g", "max_wall_thickness_mm": "mm",
     "bsa_m2": "m2", "lv_edvi_ml_m2": "mL/m2", "lv_esvi_ml_m2": "mL/m2", "rv_edvi_ml_m2": "mL/m2",
     "rv_esvi_ml_m2": "mL/m2", "lv_mass_index_g_m2": "g/m2", "median_segment_thickening_pct": "%",
-    "min_segment_thickening_pct": "%", "max_segment_wall_mm": "mm", "n_abnormal_segments": "segments", "n_segments": "segments",
+    "min_segment_thickening_pct": "%", "max_segment_wall_mm": "mm", "robust_segment_wall_mm": "mm", "n_abnormal_segments": "segments", "n_segments": "segments",
     "ed_frame": "frame", "es_frame": "frame", "height_cm": "cm", "weight_kg": "kg"}
 
 
@@ -212,7 +231,9 @@ def cardiac_function(labels: Mask, params: CardiacFunctionParams, phases: Table 
     max/min); mass = myocardial volume at ED x 1.05 g/mL; maximal wall thickness at ED by the
     in-plane distance transform to the cavity (mm), and the thickest segment (mean ray-cast
     thickness per slice and sector, ``max_segment_wall_mm``: the ACDC "segment thickness", robust
-    to a stray voxel of a segmentation); BSA by Mosteller from ``height_cm`` and
+    to a stray voxel of a segmentation), and the thickest sector wall that two slices reach
+    (``robust_segment_wall_mm``, see :func:`robust_segment_wall_mm`: robust to a one-slice
+    excursion of a coarse segmentation); BSA by Mosteller from ``height_cm`` and
     ``weight_kg`` (indexed values are left out without them). Regional function: per slice and
     sector, ray-cast wall thickness at ED and ES; a segment is abnormal when it thickens less
     than ``akinesia_thickening_pct`` and is thinner than ``thinning_ratio`` x the median wall

@@ -40,6 +40,34 @@ def test_acdc_accuracy_50_cases() -> None:
     assert _accuracy(range(400, 410)) >= 0.9  # 10 per group (issue 4: >= 90 %)
 
 
+def _acdc_from_segmentation(seeds: range) -> tuple[float, list[str]]:
+    """ACDC accuracy from ``seg.cardiac`` labels (not the truth labels) at small size."""
+    wrong = []
+    for g in GROUPS:
+        for seed in seeds:
+            ph = make_cardiac(f"s{seed}", seed, size="small", group=g)
+            labels = call_tool("seg.cardiac", {"cine": ph.sequences["CINE"]})["labels"]
+            phases = call_tool("cardiac.ed_es", {"labels": labels},
+                               {"ed_frame": ph.truth["ed_frame"], "es_frame": ph.truth["es_frame"]})["phases"]
+            fn = call_tool("quant.cardiac_function", {"labels": labels, "phases": phases},
+                           {"height_cm": ph.metadata["height"], "weight_kg": ph.metadata["weight"]})["function"]
+            c = call_tool("classify.cardiac_acdc", {"function": fn})["classification"]
+            if c.label != g:
+                wrong.append(f"{g} seed {seed}: {c.label} (wall {fn.rows[0]['robust_segment_wall_mm']:.1f} mm)")
+    return 1.0 - len(wrong) / (len(GROUPS) * len(seeds)), wrong
+
+
+def test_acdc_accuracy_from_segmented_labels() -> None:
+    acc, wrong = _acdc_from_segmentation(range(500, 502))
+    assert acc >= 0.9, wrong
+
+
+@pytest.mark.slow
+def test_acdc_accuracy_from_segmented_labels_50_cases() -> None:
+    acc, wrong = _acdc_from_segmentation(range(600, 610))  # 10 per group (>= 90 %)
+    assert acc >= 0.9, wrong
+
+
 def test_acdc_rule_order_and_trace() -> None:
     base = {"lv_ef_pct": 62.0, "lv_edvi_ml_m2": 75.0, "rv_edvi_ml_m2": 80.0, "rv_ef_pct": 55.0,
             "max_wall_thickness_mm": 9.0, "lv_mass_index_g_m2": 60.0, "n_abnormal_segments": 0}
@@ -49,7 +77,10 @@ def test_acdc_rule_order_and_trace() -> None:
              ({"rv_edvi_ml_m2": 140.0}, "RV"), ({"rv_ef_pct": 30.0}, "RV"),
              # a stray voxel makes the voxel-wise maximum 16 mm; the thickest segment decides
              ({"max_wall_thickness_mm": 16.0, "max_segment_wall_mm": 11.0}, "NOR"),
-             ({"max_segment_wall_mm": 17.0}, "HCM")]
+             ({"max_segment_wall_mm": 17.0}, "HCM"),
+             # a one-slice excursion of a coarse segmentation: the wall two slices reach decides
+             ({"max_segment_wall_mm": 16.0, "robust_segment_wall_mm": 11.0}, "NOR"),
+             ({"max_segment_wall_mm": 18.0, "robust_segment_wall_mm": 17.0}, "HCM")]
     for change, want in cases:
         c = call_tool("classify.cardiac_acdc", {"function": Table([{**base, **change}])})["classification"]
         assert c.label == want, (change, c.label)

@@ -41,6 +41,31 @@ def test_cardiac_function_vs_truth(group: str) -> None:
         assert t.meta["regional"] and {"slice", "sector", "thickening_pct"} <= set(t.meta["regional"][0])
 
 
+def test_robust_segment_wall_ignores_a_one_slice_excursion() -> None:
+    from bcer.tools.quant import robust_segment_wall_mm
+
+    rows = [{"slice": k, "sector": s, "wall_ed_mm": w} for k, s, w in
+            [(1, 0, 8.0), (2, 0, 8.5), (3, 0, 9.0), (1, 1, 14.5), (2, 1, 8.0), (3, 1, 7.5), (2, 2, 10.0)]]
+    # sector 1's 14.5 mm is one slice only (second-largest 8.0); sector 2 has one slice: 10.0
+    assert robust_segment_wall_mm(rows) == pytest.approx(10.0)
+    rows += [{"slice": 4, "sector": 1, "wall_ed_mm": 13.0}]
+    assert robust_segment_wall_mm(rows) == pytest.approx(13.0)
+    assert np.isnan(robust_segment_wall_mm([]))
+
+
+@pytest.mark.parametrize("group", ["NOR", "HCM"])
+def test_robust_segment_wall_on_truth_and_segmented_labels(group: str) -> None:
+    """Hypertrophy (>= 15 mm) only in HCM, from truth labels and from seg.cardiac at small size,
+    and never above the truth's voxel-wise maximum wall by more than a voxel."""
+    for seed in (21, 22):
+        ph = make_cardiac(f"w{seed}", seed, size="small", group=group)
+        seg = call_tool("seg.cardiac", {"cine": ph.sequences["CINE"]})["labels"]
+        for labels in (ph.labels["seg"], seg):
+            row = call_tool("quant.cardiac_function", {"labels": labels})["function"].rows[0]
+            assert (row["robust_segment_wall_mm"] >= 15) == (group == "HCM"), (seed, row["robust_segment_wall_mm"])
+            assert row["robust_segment_wall_mm"] <= ph.truth["max_wall_thickness_mm"] + 3.1
+
+
 def test_cardiac_function_honours_spacing_and_missing_body_size() -> None:
     """Doubling the in-plane voxel size doubles the volumes (x4) and wall thickness (x2):
     distances come from the affine, not voxel counts."""
