@@ -121,3 +121,58 @@ def test_errors(head: Image) -> None:
     with pytest.raises(ToolError) as e:
         call_tool("resample.to_grid", {"image": head, "reference": Image(np.zeros((3, 3)), np.eye(4))})
     assert e.value.code == ErrorCode.shape and e.value.context["arg"] == "reference"
+
+
+@pytest.mark.parametrize(("domain", "name", "min_gain_db"), [("brain", "T1", 1.5), ("prostate", "T2w", 1.0),
+                                                             ("prostate", "ADC", 0.5)])
+def test_slab_inversion_beats_bspline_and_nearest(domain: str, name: str, min_gain_db: float) -> None:
+    """The default (slab inversion) gains over nearest on 4x thick slices of both domains (mean
+    of three small cases; >= 1 dB on the SuperRes task's sequences, issue 4), and more than
+    B-spline, on exactly the high-resolution grid. The small prostate has 5 slabs of 14.4 mm."""
+    gains: dict[str, list[float]] = {"bspline": [], "slab": []}
+    for seed in (11, 12, 13):
+        ph = make_superres_case(f"sr{seed}", seed=seed, size="small", domain=domain, factor=4, axis=2)
+        thick, truth = ph.sequences[name], ph.references[name]
+        target = ph.metadata["target_spacing"][name]
+        near = call_tool("resample.to_spacing", {"image": thick}, {"spacing": target, "interpolator": "nearest"})["image"]
+        for method in gains:
+            params = {"spacing": target} if method == "slab" else {"spacing": target, "interpolator": method}
+            out = call_tool("resample.to_spacing", {"image": thick}, params)["image"]
+            assert out.shape == truth.shape
+            np.testing.assert_allclose(out.affine, truth.affine, atol=1e-9)
+            gains[method].append(psnr(out.data, truth.data) - psnr(near.data, truth.data))
+        assert out.meta["resampled"]["method"].startswith("slab_inverse")
+    assert np.mean(gains["slab"]) >= min_gain_db, gains
+    assert min(gains["slab"]) > 0.0, gains
+    assert np.mean(gains["slab"]) >= np.mean(gains["bspline"]) + 0.3, gains
+
+
+def test_slab_inversion_reproduces_the_thick_slices(head: Image) -> None:
+    """Averaging the output over each input slab gives the input back (the acquisition model)."""
+    thick = downsample_through_plane(head, 4, axis=2)
+    out = call_tool("resample.to_spacing", {"image": thick}, {"spacing": [1.0, 1.0, 1.0]})["image"]
+    again = downsample_through_plane(out, 4, axis=2)
+    np.testing.assert_allclose(again.data, thick.data, atol=1e-2 * float(np.abs(thick.data).max()))
+    np.testing.assert_allclose(again.affine, thick.affine, atol=1e-9)
+
+
+def test_slab_matrices_non_integer_factor_and_in_plane_change(head: Image) -> None:
+    from bcer.tools.resample import slab_inverse_matrix, slab_matrix, target_grid
+
+    # 10 slabs onto 27 thin voxels (a 2.7x, centred grid): every slab mean reproduced exactly
+    r = 10 / 27
+    pos = -0.5 + r / 2 + np.arange(27) * r
+    a, m = slab_matrix(10, pos, r), slab_inverse_matrix(10, pos, r)
+    np.testing.assert_allclose(a.sum(axis=1), 1.0, atol=1e-12)
+    np.testing.assert_allclose(a @ m, np.eye(10), atol=1e-9)
+    np.testing.assert_allclose(m @ np.full(10, 3.0), 3.0, atol=1e-9)  # constants stay constant
+    # thinner slices and a coarser in-plane grid at once: exact grid, same mean signal
+    thick = downsample_through_plane(head, 4, axis=2)
+    out = call_tool("resample.to_spacing", {"image": thick}, {"spacing": [1.5, 1.25, 1.5]})["image"]
+    assert out.spacing == pytest.approx((1.5, 1.25, 1.5), abs=1e-12)
+    assert out.meta["resampled"]["method"].endswith("sitk.bspline")
+    ref_affine, ref_shape = target_grid(
+        thick.affine, thick.shape, (1.5, 1.25, 1.5))
+    assert out.shape == ref_shape
+    np.testing.assert_allclose(out.affine, ref_affine, atol=1e-9)
+    assert float(out.data.mean()) == pytest.approx(float(thick.data.mean()), rel=0.03)
