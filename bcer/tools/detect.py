@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy import ndimage
+from skimage.filters import threshold_otsu
 
 from ..contracts.artifacts import Finding, Findings, Image, Mask, Transform
 from ..contracts.errors import ErrorCode, ToolError
@@ -89,9 +90,30 @@ def _robust(v: np.ndarray) -> tuple[float, float]:
     return med, float(1.4826 * np.median(np.abs(v - med)))
 
 
+def _normal_level(v: np.ndarray, sd: float, below: float | None = None) -> float:
+    """Median ADC of a zone's normal tissue, robust to lesions filling much of the zone.
+
+    Lesions only lower the ADC, so when a zone's values split (Otsu) into two classes more
+    than 6 noise SDs apart, its normal tissue is the upper class; a zone mask that swallowed
+    a large lesion (or a lesion that fills most of the TZ) otherwise drags the median down
+    to the lesion's own ADC and the lesion is never a candidate. ``below`` drops voxels of a
+    brighter zone (PZ leaking into the TZ mask) that would pose as the upper class.
+    """
+    if below is not None and np.count_nonzero(v < below) >= 20:
+        v = v[v < below]
+    med = float(np.median(v))
+    if v.size < 40 or float(v.max() - v.min()) <= 0.0:
+        return med
+    t = threshold_otsu(v)
+    lo, hi = v[v <= t], v[v > t]
+    if hi.size >= 20 and lo.size and float(np.median(hi) - np.median(lo)) > 6.0 * sd:
+        return float(np.median(hi))
+    return med
+
+
 def _candidates(a: np.ndarray, d: np.ndarray, gl: np.ndarray, zo: np.ndarray,
                 p: LesionParams) -> tuple[np.ndarray, dict[str, Any]]:
-    stats = {}
+    sels = {}
     for z in (1, 2):
         sel = gl & (zo == z)
         # zone interiors only: borders mix tissues (mask/registration error, interpolation)
@@ -99,8 +121,17 @@ def _candidates(a: np.ndarray, d: np.ndarray, gl: np.ndarray, zo: np.ndarray,
         inner = ndimage.binary_erosion(sel)
         sel = inner if np.count_nonzero(inner) >= 20 else sel
         if np.count_nonzero(sel) >= 20:
-            stats[ZONE_NAMES[z]] = (*_robust(a[sel]), float(np.median(d[sel])))
-    if not stats:  # no zone masks: the whole gland is the reference
+            sels[ZONE_NAMES[z]] = sel
+    stats: dict[str, tuple[float, float, float]] = {}
+    if sels:
+        sd = min(_robust(a[sel])[1] for sel in sels.values())
+        # PZ first: the brightest zone; its normal level bounds what the TZ's normal tissue can be
+        pz = _normal_level(a[sels["PZ"]], sd) if "PZ" in sels else None
+        for name, sel in sels.items():
+            below = None if name == "PZ" or pz is None else pz - 6.0 * sd
+            level = pz if name == "PZ" else _normal_level(a[sel], sd, below)
+            stats[name] = (float(level), sd, float(np.median(d[sel])))
+    else:  # no zone masks: the whole gland is the reference
         stats["gland"] = (*_robust(a[gl]), float(np.median(d[gl])))
     ref_adc = min(s[0] for s in stats.values())
     sd = min(s[1] for s in stats.values())

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from pydantic import Field
 from scipy import ndimage as ndi
+from skimage.filters import threshold_otsu
 from skimage.morphology import convex_hull_image
 
 from ...contracts.artifacts import Image, Mask
@@ -44,9 +45,10 @@ _CONN = ndi.generate_binary_structure(3, 1)
 class ProstateParams(BundleParams):
     smooth_sigma_mm: float = Field(1.2, ge=0.0, le=5.0, description="in-plane Gaussian pre-smoothing (mm)")
     closing_mm: float = Field(3.0, ge=0.0, le=10.0, description="closing radius that seals the gland outline (mm)")
-
-
     convex: bool = Field(True, description="take the per-slice convex hull of the gland (the gland is convex)")
+    tz_ellipsoid: bool = Field(True, description="zone the TZ as the robust solid ellipsoid fit of its intensity "
+                                                 "band (T2-dark lesions stuck to or cut out of it do not move "
+                                                 "the PZ/TZ border)")
 
 
 class ProstateSeg(NamedTuple):
@@ -84,6 +86,81 @@ def _convex_slices(mask: np.ndarray) -> np.ndarray:
     return out
 
 
+def _tz_level(central_dark: np.ndarray) -> float:
+    """T2w level of the transition zone: the mode of the dark voxels at the gland centre, or of
+    their brighter class when a markedly T2-dark lesion (< ~1/2 of the TZ signal) fills much
+    of the centre and would otherwise pose as the TZ."""
+    t = threshold_otsu(central_dark)
+    lo, hi = central_dark[central_dark <= t], central_dark[central_dark > t]
+    if hi.size >= max(50, 0.15 * central_dark.size) and lo.size and np.median(lo) < 0.7 * np.median(hi):
+        return _mode(hi, bins=64)
+    return _mode(central_dark, bins=64)
+
+
+def _surface_fit(tz: np.ndarray, bright: np.ndarray, spacing: tuple[float, ...], keep: float = 0.8,
+                 iters: int = 8) -> np.ndarray | None:
+    """Solid ellipsoid through the TZ's border with brighter tissue (PZ, fat), or None.
+
+    Only that border is trusted: where a T2-dark lesion sits in or against the TZ, the band's
+    edge follows the lesion, not the zone, and is left out. Least squares on the quadric
+    ``x^T A x + b^T x = 1`` (centred, mm), refitted on the ``keep`` best-fitting points so a
+    bright-bordered lesion stuck to the TZ does not pull the surface.
+    """
+    # the voxel layers on both sides of the border: together they straddle it (one side alone
+    # would shrink or grow the zone by half a voxel)
+    outer = bright & ~tz
+    edge = (tz & ndi.binary_dilation(outer, _CONN)) | (outer & ndi.binary_dilation(tz, _CONN))
+    pts = np.argwhere(edge).astype(np.float64) * np.asarray(spacing[:3])
+    if len(pts) < 30:
+        return None
+    mu = pts.mean(axis=0)
+    x, y, z = (pts - mu).T
+    design = np.c_[x * x, y * y, z * z, 2 * x * y, 2 * x * z, 2 * y * z, x, y, z]
+    use = np.ones(len(pts), dtype=bool)
+    for i in range(iters):
+        coef, *_ = np.linalg.lstsq(design[use], np.ones(int(use.sum())), rcond=None)
+        resid = np.abs(design @ coef - 1.0)
+        # first a fixed share, then a robust scale: a large lesion's border can exceed any share
+        med = float(np.median(resid[use]))
+        cut = np.quantile(resid, keep) if i == 0 else med + 3.0 * 1.4826 * float(np.median(np.abs(resid[use] - med)))
+        use = resid <= cut
+    a = np.array([[coef[0], coef[3], coef[4]], [coef[3], coef[1], coef[5]], [coef[4], coef[5], coef[2]]])
+    if np.any(np.linalg.eigvalsh(a) <= 0):  # not an ellipsoid: the border is too incomplete
+        return None
+    idx = np.indices(tz.shape, dtype=np.float64).reshape(3, -1).T * np.asarray(spacing[:3]) - mu
+    val = np.einsum("ij,jk,ik->i", idx, a, idx) + idx @ coef[6:]
+    return (val <= 1.0).reshape(tz.shape)
+
+
+def _ellipsoid_fit(mask: np.ndarray, spacing: tuple[float, ...], core: float = 0.8,
+                   iters: int = 8) -> np.ndarray:
+    """The solid ellipsoid best fitting ``mask``, robust to blobs attached to or bitten out of it.
+
+    A uniform solid ellipsoid has covariance ``C`` with its surface at Mahalanobis d^2 = 5; the
+    voxels inside d^2 <= 5 core^2 are its scaled copy with covariance core^2 C. Refitting on that
+    core a few times (a C-step, as in minimum covariance determinant) lets the dense body win
+    over a T2-dark peripheral lesion stuck to the transition-zone band or a dark TZ lesion
+    notched out of it.
+    """
+    pts = np.argwhere(mask).astype(np.float64) * np.asarray(spacing[:3])
+    if len(pts) < 20:
+        return mask
+    keep = np.ones(len(pts), dtype=bool)
+    scale = 1.0
+    for _ in range(iters):
+        mu, cov = pts[keep].mean(axis=0), np.cov(pts[keep].T) * scale
+        if np.linalg.det(cov) <= 0:
+            return mask
+        icov = np.linalg.inv(cov)
+        diff = pts - mu
+        new = np.einsum("ij,jk,ik->i", diff, icov, diff) <= 5.0 * core ** 2
+        if new.sum() < 20 or np.array_equal(new, keep):
+            break
+        keep, scale = new, 1.0 / core ** 2
+    idx = np.indices(mask.shape, dtype=np.float64).reshape(3, -1).T * np.asarray(spacing[:3]) - mu
+    return (np.einsum("ij,jk,ik->i", idx, icov, idx) <= 5.0).reshape(mask.shape)
+
+
 def _classical(t2w: Image, p: ProstateParams) -> tuple[np.ndarray, dict[str, Any]]:
     raw = np.asarray(t2w.data, np.float64)
     sp = t2w.spacing
@@ -99,7 +176,7 @@ def _classical(t2w: Image, p: ProstateParams) -> tuple[np.ndarray, dict[str, Any
     if central_dark.size < 50:
         raise ToolError(ErrorCode.value_range, "no T2-dark central gland found in 't2w'",
                         hint="is the gland in the field of view centre?", arg="t2w")
-    tz_level = _mode(central_dark, bins=64)
+    tz_level = _tz_level(central_dark)
     # TZ band: half-way to fat above; below, dark lesions, rectal wall and muscle (<= ~3/4
     # of the TZ level) are cut off so they cannot bridge the TZ to structures outside
     dark_lo, dark_thr = 0.75 * tz_level, 0.5 * (fat + tz_level)
@@ -121,6 +198,9 @@ def _classical(t2w: Image, p: ProstateParams) -> tuple[np.ndarray, dict[str, Any
     if p.convex:  # dark lesions at the capsule leave notches the convex gland outline spans
         gland = _convex_slices(gland)
     zones = np.where(gland, 1, 0).astype(np.int16)
+    if p.tz_ellipsoid:
+        fit = _surface_fit(tz, img > dark_thr, sp)
+        tz = _ellipsoid_fit(tz, sp) if fit is None else fit
     zones[tz & gland] = 2
     meta = {"method": "classical_t2w", "fat_level": fat, "tz_level": tz_level, "pz_level": pz_level,
             "tz_band": [dark_lo, dark_thr], "bright_band": [bright_lo, bright_hi]}
