@@ -85,7 +85,7 @@ def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and bool(np.isfinite(v))
 
 
-@tool("classify.cardiac_acdc", version="1.0", milestone="classification", resources={"num_cpus": 1, "memory_mb": 256},
+@tool("classify.cardiac_acdc", version="1.1", milestone="classification", resources={"num_cpus": 1, "memory_mb": 256},
       output="classification")
 def cardiac_acdc(function: Table, params: AcdcParams) -> Classification:
     """ACDC group (NOR, DCM, HCM, MINF, RV) from cardiac function by the ACDC criteria.

@@ -221,7 +221,7 @@ _FUNCTION_UNITS = {
     "ed_frame": "frame", "es_frame": "frame", "height_cm": "cm", "weight_kg": "kg"}
 
 
-@tool("quant.cardiac_function", version="1.0", milestone="quantification",
+@tool("quant.cardiac_function", version="1.1", milestone="quantification",
       resources={"num_cpus": 1, "memory_mb": 1024}, output="function")
 def cardiac_function(labels: Mask, params: CardiacFunctionParams, phases: Table | None = None) -> Table:
     """LV/RV volumes and ejection fractions, myocardial mass, wall thickness, BSA-indexed values

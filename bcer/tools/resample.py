@@ -153,7 +153,7 @@ def slab_upsample(data: np.ndarray, affine: np.ndarray,
     return out.astype(np.float32), mid_affine
 
 
-@tool("resample.to_spacing", version="1.0", milestone="super_resolution",
+@tool("resample.to_spacing", version="1.1", milestone="super_resolution",
       resources={"num_cpus": 1, "memory_mb": 1024})
 def to_spacing(image: Image, params: ToSpacingParams) -> Image:
     """Resample an image to a target voxel spacing (slab inversion, B-spline, linear or nearest).
