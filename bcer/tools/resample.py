@@ -4,6 +4,8 @@
 physical extent covered by the voxels (the box between the outer voxel faces) and makes the
 output spacing exactly the one asked for. When the old extent is not a whole number of new
 voxels, the new grid is centred in the old box (the remainder is split between both ends).
+Its default method inverts the thick-slice acquisition (each thick voxel is the mean of the
+thin voxels it covers) instead of interpolating slab values as if they were point samples.
 """
 from __future__ import annotations
 
