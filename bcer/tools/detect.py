@@ -145,6 +145,46 @@ def _candidates(a: np.ndarray, d: np.ndarray, gl: np.ndarray, zo: np.ndarray,
     return cand, info
 
 
+def _split_levels(comps: np.ndarray, n: int, a: np.ndarray, thr: float, sd: float,
+                  min_vox: int) -> tuple[np.ndarray, int]:
+    """Split components holding two lesions of clearly different ADC.
+
+    Two lesions a voxel or two apart on the coarse diffusion grid touch (26-connectivity, the
+    hole-closing step); one box over both fails either lesion. When a component's restricted
+    voxels fall into two ADC classes (Otsu) more than 6 noise SDs apart and each class keeps a
+    solid piece (after an opening, so a thin partial-volume rim never counts) of at least
+    ``min_vox`` voxels, every voxel goes to its nearest solid piece.
+    """
+    out, m = np.zeros_like(comps), 0
+    for c in range(1, n + 1):
+        comp = comps == c
+        core = comp & (a < thr)
+        pieces = []
+        if np.count_nonzero(core) >= 2 * min_vox:
+            v = a[core]
+            t = threshold_otsu(v) if float(v.max() - v.min()) > 0 else float(v.max())
+            lo, hi = core & (a <= t), core & (a > t)
+            if lo.any() and hi.any() and float(np.median(a[hi]) - np.median(a[lo])) > 6.0 * sd:
+                for part in (lo, hi):
+                    lab, k = ndimage.label(ndimage.binary_opening(part), structure=np.ones((3, 3, 3)))
+                    sizes = np.bincount(lab.ravel(), minlength=k + 1)[1:]
+                    if k and sizes.max() >= min_vox:
+                        pieces.append(lab == int(np.argmax(sizes)) + 1)
+        if len(pieces) < 2:
+            m += 1
+            out[comp] = m
+            continue
+        seeds = np.zeros(comps.shape, np.int32)
+        for j, piece in enumerate(pieces, start=1):
+            seeds[piece] = j
+        idx = ndimage.distance_transform_edt(seeds == 0, return_distances=False, return_indices=True)
+        nearest = seeds[tuple(idx)]
+        for j in range(1, len(pieces) + 1):
+            out[comp & (nearest == j)] = m + j
+        m += len(pieces)
+    return out, m
+
+
 def _box(ijk: np.ndarray) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     lo, hi = ijk.min(axis=0), ijk.max(axis=0) + 1
     return tuple(int(x) for x in lo), tuple(int(x) for x in hi)
@@ -249,6 +289,8 @@ def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, 
     cand, info = _candidates(a, d, gl, zo, params)
     comps, n = ndimage.label(cand, structure=np.ones((3, 3, 3)))
     voxel_ml = abs(np.linalg.det(np.asarray(adc.affine)[:3, :3])) / 1000.0
+    comps, n = _split_levels(comps, n, a, info["adc_threshold"], info["adc_noise_sd"],
+                             max(1, int(np.ceil(params.min_volume_ml / voxel_ml))))
     sizes = ndimage.sum_labels(np.ones_like(a), comps, index=np.arange(1, n + 1)) * voxel_ml if n else np.zeros(0)
     keep = [int(i) + 1 for i in np.argsort(-sizes) if sizes[i] >= params.min_volume_ml][: params.max_lesions]
     t2 = None if t2w is None else np.asarray(t2w.data, dtype=np.float64)

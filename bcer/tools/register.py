@@ -44,9 +44,9 @@ class RegisterParams(BaseModel):
                              description="sample at least this many voxels (or all) whatever the fraction: "
                                          "a coarse diffusion grid has few voxels, and a quarter of them leaves "
                                          "MI noisy enough to stop millimetres off")
-    refine: bool = Field(False, description="finish the better candidate with a full-resolution pass over every "
+    refine: bool = Field(True, description="finish the better candidate with a full-resolution pass over every "
                                             "voxel at a quarter of the step, kept only if the metric improves "
-                                            "(measured: no gain on prostate ADC->T2w once every voxel is sampled)")
+                                            "(measured on full-size prostate ADC->T2w: 0.49 -> 0.08 mm on one case)")
     seed: int = Field(0, ge=0, description="seed of the metric's random sampling (reproducible runs)")
     ignore_zeros: bool = Field(True, description="treat voxels exactly 0 as outside the field of view "
                                                  "(padding left by earlier resampling or motion)")
