@@ -200,7 +200,7 @@ def _register(fixed: Image, moving: Image, mask: Mask | None, p: RegisterParams,
     if swap:
         matrix = np.linalg.inv(matrix)
     meta = {"method": f"sitk.{kind}.mattes_mi", **best, "levels": len(p.shrink_factors),
-            "sampled_on": "moving" if swap else "fixed",
+            "sampled_on": "moving" if swap else "fixed", "sampling_fraction": _sampling(a, p),
             "candidates": {r[1]["init"]: r[1]["metric"] for r in runs}}
     log.debug("register.%s: %s", kind, meta)
     transform = Transform(matrix, kind, np.array(fixed.affine, dtype=np.float64), meta)

@@ -135,3 +135,53 @@ def test_errors() -> None:
     with pytest.raises(ToolError) as e:
         call_tool("detect.prostate_lesions", {"adc": adc, "gland": gland})
     assert e.value.code == ErrorCode.input_missing
+
+
+# Bench cases (prostate_report, seed 0) that failed before: (seed, n_lesions) of sub-pr001 (two PZ
+# lesions next to the TZ), sub-pr007 (two TZ lesions a voxel apart on the ADC grid) and sub-pr009
+# (a T2-dark TZ lesion filling most of the TZ).
+BENCH_CASES = [(26369, 2), (56979, 2), (4958, 1)]
+
+
+@pytest.mark.parametrize("seed,n_lesions", BENCH_CASES)
+def test_bench_cases_through_the_plan(seed: int, n_lesions: int) -> None:
+    """seg.prostate -> register.rigid -> detect -> classify.pirads, as the planner wires them:
+    every lesion found (IoU >= 0.5, right side, right zone) and the case's PI-RADS right."""
+    ph = _phantom(seed, n_lesions)
+    seg = call_tool("seg.prostate", {"t2w": ph.sequences["T2w"], "adc": ph.sequences["ADC"]})
+    reg = call_tool("register.rigid", {"fixed": ph.sequences["T2w"], "moving": ph.sequences["ADC"]})
+    found = call_tool("detect.prostate_lesions", {
+        "adc": ph.sequences["ADC"], "dwi": ph.sequences["DWI"], "gland": seg["gland"], "zones": seg["zones"],
+        "t2w": ph.sequences["T2w"], "transform": reg["transform"]})["findings"]
+    pairs, false = _match(found, ph.truth["lesions"])
+    assert false == 0 and len(pairs) == n_lesions
+    for les, f, iou in pairs:
+        assert iou >= 0.5 and f.side == les["side"] and f.zone == les["zone"], (les["id"], iou, f)
+    label = call_tool("classify.pirads", {"findings": found})["classification"].label
+    assert label == f"PI-RADS {ph.truth['max_category']}"
+
+
+def test_normal_level_ignores_a_lesion_filling_the_zone() -> None:
+    from bcer.tools.detect import _normal_level
+
+    rng = np.random.default_rng(0)
+    tz = np.r_[rng.normal(650, 20, 700), rng.normal(1200, 20, 300)]  # 70 % lesion
+    assert _normal_level(tz, 20.0) == pytest.approx(1200, abs=10)
+    assert _normal_level(rng.normal(1200, 20, 1000), 20.0) == pytest.approx(1200, abs=5)  # no lesion: median
+    # PZ voxels leaking into the TZ mask are not its normal tissue
+    leak = np.r_[tz, rng.normal(1700, 20, 400)]
+    assert _normal_level(leak, 20.0, below=1700 - 120) == pytest.approx(1200, abs=10)
+
+
+def test_split_levels_separates_touching_lesions_of_different_adc() -> None:
+    from bcer.tools.detect import _split_levels
+
+    a = np.full((20, 10, 6), 1200.0)
+    a[2:9, 2:8, 1:5], a[9:17, 2:8, 1:5] = 930.0, 640.0  # two blocks in contact
+    comps = (a < 1100).astype(np.int32)
+    out, n = _split_levels(comps, 1, a, 1100.0, 20.0, 4)
+    assert n == 2
+    assert len(np.unique(out[2:9, 2:8, 1:5])) == 1 and len(np.unique(out[9:17, 2:8, 1:5])) == 1
+    assert out[5, 5, 2] != out[12, 5, 2]
+    same, n1 = _split_levels(comps, 1, np.where(a < 1100, 640.0, a), 1100.0, 20.0, 4)
+    assert n1 == 1 and np.array_equal(same > 0, comps > 0)

@@ -70,3 +70,24 @@ def test_resample_to_follows_world_coordinates() -> None:
     shifted[0, 3] = 2.0
     out = resample_to(src, Image(np.zeros((5, 5, 4), np.float32), shifted))
     np.testing.assert_allclose(out, data[1:])
+
+
+@pytest.mark.parametrize("seed,n_lesions", [(26369, 2), (32827, 1), (4958, 1), (56979, 2)])
+def test_lesion_zone_follows_the_truth_zone(seed: int, n_lesions: int) -> None:
+    """Bench cases where T2-dark lesions moved the PZ/TZ border (a PZ lesion swallowed by the TZ
+    band, a TZ lesion notched out of it, one filling most of the TZ): the zone holding most of
+    each lesion's voxels is its true zone, and the TZ Dice stays high."""
+    ph = make_prostate(f"p{seed}", seed, size="small", n_lesions=n_lesions)
+    zones = np.asarray(call_tool("seg.prostate", {"t2w": ph.sequences["T2w"]})["zones"].data)
+    truth_zones, lesions = np.asarray(ph.labels["zones"].data), np.asarray(ph.labels["lesions"].data)
+    assert dice(zones == 2, truth_zones == 2) >= 0.85
+    for les in ph.truth["lesions"]:
+        counts = np.bincount(zones[lesions == les["label"]], minlength=3)[1:]
+        assert {0: "PZ", 1: "TZ"}[int(np.argmax(counts))] == les["zone"], (les["id"], counts)
+
+
+def test_tz_ellipsoid_off_keeps_the_band() -> None:
+    ph = make_prostate("p26369", 26369, size="small", n_lesions=2)
+    out = call_tool("seg.prostate", {"t2w": ph.sequences["T2w"]}, {"tz_ellipsoid": False})
+    assert dice(out["zones"].data == 2, ph.labels["zones"].data == 2) >= 0.75
+    assert out["zones"].meta["method"] == "classical_t2w"
