@@ -14,9 +14,12 @@ Ports chain either way a planner builds them:
 Without a transform the series are taken as aligned in world space (their affines).
 
 Rule: a voxel is a candidate when it lies in the gland, its ADC is below the lowest normal
-zone median by a noise-scaled margin (restricted diffusion), and its high-b DWI is above
+zone level by a noise-scaled margin (restricted diffusion), and its high-b DWI is above
 ``dwi_ratio`` x the lowest zone median (excludes fat/bone that a mask edge may touch);
-connected components of at least ``min_volume_ml`` are lesions.
+connected components of at least ``min_volume_ml`` are lesions. A zone's normal level is its
+median, or the median of its upper ADC class when a lesion fills much of it (``_normal_level``);
+a component holding two lesions of clearly different ADC is split (``_split_levels``). Every
+size is in mL/mm, so the rule is the same on the small and full grids.
 """
 from __future__ import annotations
 

@@ -6,14 +6,18 @@ the case:
 
 1. the dominant tissue level (peri-prostatic fat) is the mode of the T2w histogram;
 2. the transition zone level is the mode of the darker-than-fat voxels at the field-of-view
-   centre (prostate protocols centre the gland); the TZ is the component of its intensity
+   centre (prostate protocols centre the gland), of their brighter class when a markedly
+   T2-dark lesion fills the centre; the TZ is the component of its intensity
    band (above 3/4 of its level, below half-way to fat) that fills most of the centre,
    after a light opening that cuts thin bridges;
 3. the peripheral zone is the T2-bright band (above half-way from fat to its own level,
    below the much brighter bladder/fluid) touching the transition zone;
 4. gland = both, closed, hole-filled and made convex per slice (a T2-dark lesion at the
    capsule looks like the surrounding dark structures; the gland outline spans it);
-   zones: TZ inside the gland, PZ the rest.
+   zones: TZ inside the gland, PZ the rest, where the TZ is the solid ellipsoid fitted to the
+   band's border with brighter tissue (robust least squares on the quadric; the moment-based
+   core fit when that border is too incomplete), so a T2-dark lesion stuck to the band or cut
+   out of it does not move the PZ/TZ border (``tz_ellipsoid``).
 
 A given ADC is resampled onto the T2w grid (world coordinates) and its median per zone is
 reported in ``meta`` (an audit number; it is only as good as the ADC/T2w alignment: run
