@@ -251,7 +251,7 @@ def _lesion(idx: int, comp_adc: np.ndarray, a: np.ndarray, adc_aff: np.ndarray, 
                    zone=zone, attributes=attrs)
 
 
-@tool("detect.prostate_lesions", version="1.0", milestone="detection", resources={"num_cpus": 1, "memory_mb": 1024},
+@tool("detect.prostate_lesions", version="1.1", milestone="detection", resources={"num_cpus": 1, "memory_mb": 1024},
       output="findings")
 def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, zones: Mask | None = None,
                      transform: Transform | None = None, t2w: Image | None = None) -> Findings:

@@ -222,7 +222,7 @@ def _apply(mdata: np.ndarray, m_affine: np.ndarray, transform: Transform, fixed:
                          transform=ras_to_transform(m), default=default)
 
 
-@tool("register.rigid", version="1.0", milestone="registration", resources={"num_cpus": 1, "memory_mb": 2048})
+@tool("register.rigid", version="1.1", milestone="registration", resources={"num_cpus": 1, "memory_mb": 2048})
 def rigid(fixed: Image, moving: Image, params: RegisterParams, mask: Mask | None = None) -> Registration:
     """Rigid registration (6 dof) of a moving image to a fixed one by Mattes mutual information.
 
@@ -245,7 +245,7 @@ def rigid(fixed: Image, moving: Image, params: RegisterParams, mask: Mask | None
     return _register(fixed, moving, mask, params, "rigid")
 
 
-@tool("register.affine", version="1.0", milestone="registration", resources={"num_cpus": 1, "memory_mb": 2048})
+@tool("register.affine", version="1.1", milestone="registration", resources={"num_cpus": 1, "memory_mb": 2048})
 def affine(fixed: Image, moving: Image, params: RegisterParams, mask: Mask | None = None) -> Registration:
     """Affine registration (12 dof) by Mattes mutual information; same settings as ``register.rigid``.
 
