@@ -15,7 +15,7 @@ Two FOV variants of each case:
   larger FOV, as with readout oversampling) and pushed through the same forward model
   (``make_kspace``, same coils/R/ACS/noise).
 
-NRMSE is ``bcer.tools.recon._metrics.nrmse``: magnitude inside the object (truth > 5 % of
+NRMSE is ``bcer.metrics.nrmse_scaled``: magnitude inside the object (truth > 5 % of
 max), after least-squares scaling, against the clean reference image. Times are wall-clock
 seconds on the CPU for the whole k-space (sigpy runs slice by slice: it has no batch axis).
 ``sigpy_sense`` is sigpy's own pipeline (EspiritCalib + SenseRecon); ``sigpy_sense_bcer_maps``
@@ -42,7 +42,7 @@ from bcer.datasets.kspace import make_kspace, make_kspace_case  # noqa: E402
 from bcer.tools import call_tool  # noqa: E402
 from bcer.tools.recon._coils import analyse_mask, as_slices  # noqa: E402
 from bcer.tools.recon._maps import smooth_maps  # noqa: E402
-from bcer.tools.recon._metrics import nrmse  # noqa: E402
+from bcer.metrics import nrmse_scaled as nrmse  # noqa: E402
 
 log = logging.getLogger("benchmarks.recon")
 CG_ITERATIONS = 30

@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from bcer.contracts.artifacts import Transform  # noqa: E402
+from bcer.metrics import box_iou  # noqa: E402
 from bcer.tools.registry import call_tool, list_tools  # noqa: E402
 
 log = logging.getLogger("benchmarks.tools")
@@ -239,12 +240,6 @@ def acdc_accuracy(n_per_group: int = 10, with_seg: bool = True) -> dict[str, Any
     return out
 
 
-def _box_iou(a: Any, b: Any) -> float:
-    lo, hi = np.maximum(a[0], b[0]), np.minimum(a[1], b[1])
-    inter = float(np.prod(np.clip(np.subtract(hi, lo), 0, None)))
-    return inter / (float(np.prod(np.subtract(a[1], a[0]))) + float(np.prod(np.subtract(b[1], b[0]))) - inter)
-
-
 def prostate_accuracy(n: int = 10) -> dict[str, Any]:
     """Lesion detection (box IoU >= 0.5 and side), false candidates and PI-RADS accuracy over
     small misaligned prostate phantoms, with the true transform and with ``register.rigid``'s."""
@@ -265,8 +260,8 @@ def prostate_accuracy(n: int = 10) -> dict[str, Any]:
             used = set()
             for les in ph.truth["lesions"]:
                 lesions += 1
-                best = max(f.items, key=lambda it: _box_iou(it.box_voxel, les["box_voxel"]), default=None)
-                if best is not None and _box_iou(best.box_voxel, les["box_voxel"]) >= 0.5:
+                best = max(f.items, key=lambda it: box_iou(it.box_voxel, les["box_voxel"]), default=None)
+                if best is not None and box_iou(best.box_voxel, les["box_voxel"]) >= 0.5:
                     used.add(best.id)
                     found_ok += best.side == les["side"]
                     cat_ok += int(c.scores[best.id]) == les["category"]

@@ -16,7 +16,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .. import metrics
 from ..contracts import Case, SequenceRef, TaskContract
+from ..metrics import box_iou
 from ..contracts.sequences import canonical_sequence
 
 log = logging.getLogger(__name__)
@@ -75,20 +77,11 @@ def source_sequence(case_dir: Path, deliverable: str) -> str | None:
     return None
 
 
-def dice(a: np.ndarray, b: np.ndarray) -> float | None:
+def scored_dice(a: np.ndarray, b: np.ndarray) -> float | None:
+    """``bcer.metrics.dice``, or None when both masks are empty: the bench scores only
+    what the truth has (a case without that compartment is not a perfect score)."""
     a, b = np.asarray(a, bool), np.asarray(b, bool)
-    total = int(a.sum() + b.sum())
-    return None if total == 0 else 2.0 * int(np.logical_and(a, b).sum()) / total
-
-
-def box_iou(a: Any, b: Any) -> float:
-    """IoU of two voxel boxes ``[[min...], [max...]]`` (inclusive min, exclusive max)."""
-    lo = np.maximum(np.asarray(a[0]), np.asarray(b[0]))
-    hi = np.minimum(np.asarray(a[1]), np.asarray(b[1]))
-    inter = float(np.prod(np.clip(hi - lo, 0, None)))
-    vol = lambda x: float(np.prod(np.asarray(x[1]) - np.asarray(x[0])))  # noqa: E731
-    union = vol(a) + vol(b) - inter
-    return inter / union if union > 0 else 0.0
+    return None if not (a.any() or b.any()) else metrics.dice(a, b)
 
 
 # ---- image restoration ------------------------------------------------------------------
@@ -104,7 +97,7 @@ def _restored(case: Case, case_dir: Path, contract: TaskContract, name: str):
 @metric("psnr_gain_db")
 def psnr_gain_db(case: Case, case_dir: Path, contract: TaskContract) -> float | None:
     """dB of PSNR the denoised volume gains over the noisy input (same reference)."""
-    from ..datasets.degraded import psnr
+    from ..metrics import psnr
     from ..tools.io import load_sequence
 
     got = _restored(case, case_dir, contract, contract.deliverables[0].name)
@@ -133,7 +126,7 @@ def _on_reference_grid(case: Case, case_dir: Path, contract: TaskContract, name:
 @metric("psnr_gain_vs_nearest_db")
 def psnr_gain_vs_nearest_db(case: Case, case_dir: Path, contract: TaskContract) -> float | None:
     """dB of PSNR the super-resolved volume gains over nearest-neighbour upsampling."""
-    from ..datasets.degraded import psnr
+    from ..metrics import psnr
     from ..tools.resample import resample_onto
 
     got = _on_reference_grid(case, case_dir, contract, contract.deliverables[0].name)
@@ -150,8 +143,8 @@ def psnr_gain_vs_nearest_db(case: Case, case_dir: Path, contract: TaskContract) 
 def nrmse_metric(case: Case, case_dir: Path, contract: TaskContract) -> float | None:
     """NRMSE of the first deliverable against the clean reference of its source sequence
     (recon: least-squares gain-corrected magnitudes inside the object, as the recon tools)."""
-    from ..datasets.degraded import nrmse
-    from ..tools.recon._metrics import nrmse as recon_nrmse
+    from ..metrics import nrmse
+    from ..metrics import nrmse_scaled as recon_nrmse
 
     name = contract.deliverables[0].name
     if contract.milestones == ["super_resolution"]:
@@ -170,7 +163,7 @@ def nrmse_metric(case: Case, case_dir: Path, contract: TaskContract) -> float | 
 def nrmse_ratio_vs_zero_filled(case: Case, case_dir: Path, contract: TaskContract) -> float | None:
     """Recon NRMSE over the zero-filled baseline's NRMSE (the tools issue wants <= 0.5)."""
     from ..tools.io import load_sequence
-    from ..tools.recon._metrics import nrmse as recon_nrmse
+    from ..metrics import nrmse_scaled as recon_nrmse
     from ..tools.registry import call_tool
 
     got = _restored(case, case_dir, contract, contract.deliverables[0].name)
@@ -217,7 +210,7 @@ def _brats_dice(region: str) -> Metric:
         if pair is None:
             return None
         got, want = pair
-        return dice(np.isin(got, _BRATS[region]), np.isin(want, _BRATS[region]))
+        return scored_dice(np.isin(got, _BRATS[region]), np.isin(want, _BRATS[region]))
     fn.__doc__ = f"Dice of the BraTS {region.upper()} region against the truth label map."
     return fn
 
@@ -237,7 +230,7 @@ def _cardiac_dice(label: int) -> Metric:
             frames = [int(vals["ed_frame"]), int(vals["es_frame"])]
             got = got[..., frames] if got.ndim == 4 else got
             want = want[..., frames] if want.ndim == 4 else want
-        return dice(got == label, want == label) if got.shape == want.shape else None
+        return scored_dice(got == label, want == label) if got.shape == want.shape else None
     fn.__doc__ = f"Dice of ACDC label {label} over every frame with truth."
     return fn
 
@@ -249,7 +242,7 @@ for _n, _l in (("rv", 1), ("myo", 2), ("lv", 3)):
 @metric("gland_dice")
 def gland_dice(case: Case, case_dir: Path, contract: TaskContract) -> float | None:
     pair = _seg_pair(case, case_dir, contract, "gland")
-    return None if pair is None else dice(pair[0] > 0, pair[1] > 0)
+    return None if pair is None else scored_dice(pair[0] > 0, pair[1] > 0)
 
 
 # ---- measurements and classes -----------------------------------------------------------

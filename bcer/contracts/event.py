@@ -6,9 +6,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-EventKind = Literal["planned", "compiled", "started", "succeeded", "failed", "repaired",
-                    "retried", "blocked", "deliverable", "validated", "skipped", "fallback",
-                    "case_started", "case_finished"]
+EventKind = Literal[
+    # engine
+    "planned", "compiled", "started", "succeeded", "failed", "repaired", "retried", "blocked",
+    "deliverable", "validated", "skipped", "fallback", "case_started", "case_finished",
+    "resumed", "cache_hit", "cache_stored", "timeout", "plausibility",
+    # planners and LLM backends
+    "llm_call", "plan_accepted", "plan_rejected", "plan_fallback",
+    # R4 report loop and exemplar memory
+    "r4_route", "r4_retrieve", "r4_draft", "r4_reflect", "r4_repair", "memory_add",
+    # benchmarks
+    "fault_injected"]
 
 
 class Event(BaseModel):
@@ -26,3 +34,4 @@ class Event(BaseModel):
     duration_s: float | None = None
     worker: str | None = None
     patch: dict[str, Any] | None = None
+    data: dict[str, Any] | None = None  # kind-specific detail (LLM backend/tokens/latency, cache key, ...)

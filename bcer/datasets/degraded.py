@@ -16,25 +16,13 @@ import numpy as np
 
 from ..contracts.artifacts import Cine, Image
 from ..contracts.errors import ErrorCode, ToolError
+from ..metrics import nrmse, psnr  # re-exported: the phantom tests use them beside the cases
 from .degrade import downsample_through_plane, rician_noise
 from .phantom import Phantom, Size
 
 log = logging.getLogger(__name__)
 
 __all__ = ["make_denoise_case", "make_superres_case", "nrmse", "psnr", "signal_level"]
-
-
-def nrmse(x: np.ndarray, ref: np.ndarray) -> float:
-    """Root-mean-square error normalised by the reference's RMS (0 is perfect)."""
-    x, ref = np.asarray(x, np.float64), np.asarray(ref, np.float64)
-    return float(np.sqrt(np.mean((x - ref) ** 2)) / (np.sqrt(np.mean(ref ** 2)) or 1.0))
-
-
-def psnr(x: np.ndarray, ref: np.ndarray) -> float:
-    """Peak signal-to-noise ratio in dB, peak = the reference's maximum."""
-    x, ref = np.asarray(x, np.float64), np.asarray(ref, np.float64)
-    mse = float(np.mean((x - ref) ** 2))
-    return float("inf") if mse == 0 else float(10.0 * np.log10(float(ref.max()) ** 2 / mse))
 
 
 def signal_level(data: np.ndarray) -> float:

@@ -107,18 +107,20 @@ def read_events(path: str | Path) -> list[Event]:
 _COLUMNS: dict[str, str] = {"time": "float64", "run": "string", "case": "string", "node": "string",
                             "kind": "string", "attempt": "int64", "tool": "string",
                             "args_digest": "string", "error_code": "string", "message": "string",
-                            "duration_s": "float64", "worker": "string", "patch": "string"}
+                            "duration_s": "float64", "worker": "string", "patch": "string",
+                            "data": "string"}
 
 
 def events_table(paths: Iterable[str | Path]):
-    """Every event of the given ``events.jsonl`` files as a pyarrow Table (``patch`` as JSON text)."""
+    """Every event of the given ``events.jsonl`` files as a pyarrow Table (``patch``, ``data`` as JSON text)."""
     import pyarrow as pa
 
     rows: list[dict[str, Any]] = []
     for p in paths:
         for e in read_events(p):
             row = e.model_dump()
-            row["patch"] = json.dumps(row["patch"], default=str) if row["patch"] is not None else None
+            for col in ("patch", "data"):  # nested dicts travel as JSON text
+                row[col] = json.dumps(row[col], default=str) if row[col] is not None else None
             rows.append(row)
     schema = pa.schema([(k, getattr(pa, v)()) for k, v in _COLUMNS.items()])
     return pa.Table.from_pylist(rows, schema=schema)

@@ -11,7 +11,9 @@ import pytest
 
 from bcer.bench import resolve_tasks, run_bench
 from bcer.bench.bench import run_task_cases
-from bcer.bench.quality import box_iou, case_quality, dice
+from bcer.bench.quality import case_quality
+from bcer.bench.quality import scored_dice as dice
+from bcer.metrics import box_iou
 from bcer.contracts import ErrorCode, ToolError, load_contract
 
 ALL = resolve_tasks("all")

@@ -11,6 +11,7 @@ from bcer.contracts.artifacts import Findings, Image, Mask, Transform
 from bcer.contracts.errors import ErrorCode, ToolError
 from bcer.datasets.phantom import Phantom
 from bcer.datasets.prostate import make_prostate
+from bcer.metrics import box_iou
 from bcer.tools.registry import call_tool, get_tool
 
 
@@ -28,13 +29,6 @@ def _detect(ph: Phantom, **extra) -> Findings:
               "zones": ph.labels["zones"], "t2w": ph.sequences["T2w"], "transform": _truth_transform(ph)}
     inputs.update(extra)
     return call_tool("detect.prostate_lesions", {k: v for k, v in inputs.items() if v is not None})["findings"]
-
-
-def box_iou(a, b) -> float:
-    lo, hi = np.maximum(a[0], b[0]), np.minimum(a[1], b[1])
-    inter = float(np.prod(np.clip(np.subtract(hi, lo), 0, None)))
-    va, vb = float(np.prod(np.subtract(a[1], a[0]))), float(np.prod(np.subtract(b[1], b[0])))
-    return inter / (va + vb - inter)
 
 
 def _match(found: Findings, truth: list[dict]) -> tuple[list[tuple[dict, object, float]], int]:

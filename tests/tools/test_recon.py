@@ -14,7 +14,7 @@ from bcer.datasets.kspace import make_kspace, make_kspace_case
 from bcer.datasets.prostate import make_prostate
 from bcer.tools import call_tool
 from bcer.tools.recon._coils import analyse_mask, as_slices
-from bcer.tools.recon._metrics import nrmse
+from bcer.metrics import nrmse_scaled as nrmse
 from bcer.tools.recon.grappa import GrappaParams, grappa_core
 from bcer.tools.recon.sense import SenseParams, sense_core
 

@@ -8,7 +8,7 @@ from bcer.contracts.artifacts import Image
 from bcer.contracts.errors import ErrorCode, ToolError
 from bcer.datasets.brain import make_brain
 from bcer.tools.registry import call_tool, get_tool
-from bcer.tools.seg._common import dice
+from bcer.metrics import dice
 
 PORTS = {"t1": "T1", "t1c": "T1c", "t2": "T2", "flair": "FLAIR"}
 

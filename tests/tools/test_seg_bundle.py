@@ -152,7 +152,7 @@ def test_shipped_bundle_metadata_and_size() -> None:
 def test_shipped_bundle_through_seg_cardiac_on_a_held_out_phantom(offset: int, group: str) -> None:
     from bcer.datasets.cardiac import make_cardiac
     from bcer.tools.registry import call_tool
-    from bcer.tools.seg._common import dice
+    from bcer.metrics import dice
 
     B.clear_cache()
     ph = make_cardiac("held_out", HELD_OUT_SEED + offset, size="small", group=group)

@@ -8,7 +8,7 @@ from bcer.contracts.artifacts import Cine, Image
 from bcer.contracts.errors import ErrorCode, ToolError
 from bcer.datasets.cardiac import make_cardiac
 from bcer.tools.registry import call_tool, get_tool
-from bcer.tools.seg._common import dice
+from bcer.metrics import dice
 
 TARGET = {3: 0.90, 2: 0.75, 1: 0.80}  # LV, MYO, RV (issue 4)
 

@@ -8,7 +8,7 @@ from bcer.contracts.artifacts import Image
 from bcer.contracts.errors import ErrorCode, ToolError
 from bcer.datasets.prostate import make_prostate
 from bcer.tools.registry import call_tool, get_tool
-from bcer.tools.seg._common import dice
+from bcer.metrics import dice
 
 
 @pytest.mark.parametrize("seed,n_lesions,oblique,misalign", [

@@ -44,13 +44,6 @@ def ball(radius_mm: float, spacing: tuple[float, ...]) -> np.ndarray:
     return d <= 1.0
 
 
-def dice(a: np.ndarray, b: np.ndarray) -> float:
-    """Dice overlap of two boolean masks (1.0 when both are empty)."""
-    a, b = np.asarray(a, bool), np.asarray(b, bool)
-    s = int(a.sum()) + int(b.sum())
-    return 1.0 if s == 0 else 2.0 * float(np.logical_and(a, b).sum()) / s
-
-
 def resample_to(moving: Any, target: Any, order: int = 1) -> np.ndarray:
     """``moving``'s data sampled at ``target``'s voxel centres through world coordinates
     (affines only, no registration); outside the moving field of view is 0."""

@@ -1,0 +1,41 @@
+"""bcer.metrics: one meaning per metric, checked against hand-computed values."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bcer import metrics
+
+
+def test_dice_values_and_empty_convention():
+    a = np.zeros((4, 4, 4), bool)
+    a[:2] = True
+    b = np.zeros_like(a)
+    b[1:3] = True
+    assert metrics.dice(a, b) == pytest.approx(0.5)
+    assert metrics.dice(a, a) == 1.0
+    assert metrics.dice(np.zeros(5), np.zeros(5)) == 1.0  # both empty: perfect agreement
+    assert metrics.dice(a, np.zeros_like(a)) == 0.0
+    with pytest.raises(ValueError):
+        metrics.dice(a, a[:2])
+
+
+def test_box_iou_and_volume():
+    assert metrics.box_iou([[0, 0, 0], [2, 2, 2]], [[1, 0, 0], [3, 2, 2]]) == pytest.approx(4 / 12)
+    assert metrics.box_iou([[0, 0, 0], [1, 1, 1]], [[5, 5, 5], [6, 6, 6]]) == 0.0
+    assert metrics.box_iou([[0, 0, 0], [0, 0, 0]], [[0, 0, 0], [0, 0, 0]]) == 0.0  # empty boxes
+    assert metrics.box_volume([[1, 1, 1], [3, 4, 5]]) == 24.0
+    assert metrics.box_volume([[3, 0, 0], [1, 2, 2]]) == 0.0  # inverted
+
+
+def test_nrmse_psnr_and_scaled():
+    rng = np.random.default_rng(0)
+    ref = rng.random((8, 8, 8)) + 1.0
+    assert metrics.nrmse(ref, ref) == 0.0
+    assert metrics.nrmse(ref * 1.1, ref) == pytest.approx(0.1)
+    assert metrics.psnr(ref, ref) == float("inf")
+    noisy = ref + 0.01
+    assert metrics.psnr(noisy, ref) == pytest.approx(10 * np.log10(ref.max() ** 2 / 1e-4))
+    # the reconstruction metric ignores a global gain, the plain one does not
+    assert metrics.nrmse_scaled(3.0 * ref, ref) == pytest.approx(0.0, abs=1e-12)
+    assert metrics.nrmse(3.0 * ref, ref) == pytest.approx(2.0)
