@@ -26,7 +26,7 @@ import re
 import zlib
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -72,9 +72,17 @@ class Failure(BaseModel):
 
 
 class Patch(BaseModel):
-    """New args for one node. ``inputs`` and ``params`` are the node's COMPLETE new inputs and
-    params (so replacing and ``dict.update`` give the same node); ``device`` None keeps the
-    executor's choice, "cpu" forces the CPU path."""
+    """A repair of one failed node (BCER's patch actions; ``Halt`` is the fourth).
+
+    - ``action="retry"``: re-run the node with new args. ``inputs`` and ``params`` are the
+      node's COMPLETE new inputs and params (so replacing and ``dict.update`` give the same
+      node); ``device`` None keeps the executor's choice, "cpu" forces the CPU path.
+    - ``action="insert"``: add the node ``insert`` (an allowed tool, bound to what is bindable
+      now) before the failed node, then retry the failed node with ``inputs``/``params``,
+      which must consume at least one output of the inserted node.
+    - ``action="skip"``: the failed node is optional and nothing required depends on it; it
+      is recorded as skipped and its optional dependents are blocked.
+    """
 
     model_config = ConfigDict(extra="forbid")
     node_id: str
@@ -83,6 +91,8 @@ class Patch(BaseModel):
     device: str | None = None
     reason: str
     tier: int
+    action: Literal["retry", "insert", "skip"] = "retry"
+    insert: Node | None = None
 
     def apply(self, node: Node) -> Node:
         """The node with this patch applied."""
@@ -499,19 +509,61 @@ class Reflector:
 
     def _validated(self, patch: Patch, failure: Failure, workflow: Workflow, case: Case,
                    contract: TaskContract | None) -> Patch | None:
+        """The patch re-checked by the compiler (normalised), or None when it is invalid."""
         if patch.node_id != failure.node.id:
             log.info("patch for %s targets another node %s: rejected", failure.node.id, patch.node_id)
             return None
+        if patch.action == "skip":
+            return self._validated_skip(patch, failure, workflow)
+        inserted, target_wf = None, workflow
         try:
-            node = validate_node(workflow, patch.apply(failure.node), case, contract, registry=self._registry)
+            if patch.action == "insert":
+                inserted, target_wf = self._validated_insert(patch, failure, workflow, case, contract)
+            node = validate_node(target_wf, patch.apply(failure.node), case, contract, registry=self._registry)
         except CompileError as e:
             log.info("patch for %s rejected by the compiler: %s", failure.node.id, e.to_dicts())
             return None
-        if (patch.device is None and node.inputs == failure.node.inputs
+        except ValueError as e:
+            log.info("patch for %s rejected: %s", failure.node.id, e)
+            return None
+        if inserted is not None and not any(t.startswith(f"@node.{inserted.id}.") for t in node.inputs.values()):
+            log.info("insert patch for %s does not use the inserted node %s: rejected", failure.node.id, inserted.id)
+            return None
+        if (inserted is None and patch.device is None and node.inputs == failure.node.inputs
                 and _jsonable(node.params) == _jsonable(failure.node.params)):
             log.info("patch for %s changes nothing: rejected", failure.node.id)
             return None
-        return patch.model_copy(update={"inputs": node.inputs, "params": node.params})
+        return patch.model_copy(update={"inputs": node.inputs, "params": node.params, "insert": inserted})
+
+    def _validated_insert(self, patch: Patch, failure: Failure, workflow: Workflow, case: Case,
+                          contract: TaskContract | None) -> tuple[Node, Workflow]:
+        """The inserted node checked like a compiled one, and the workflow that contains it."""
+        new = patch.insert
+        if new is None:
+            raise ValueError("insert patch without a node to insert")
+        if any(n.id == new.id for n in workflow.nodes):
+            raise ValueError(f"inserted node id {new.id!r} already exists")
+        below = workflow.downstream(failure.node.id) | {failure.node.id}
+        bad = [t for t in new.inputs.values() if isinstance(t, str) and t.startswith("@node.")
+               and parse_token(t).name in below]
+        if bad:
+            raise ValueError(f"inserted node binds {bad[0]}, which is not upstream of {failure.node.id}")
+        node = validate_node(workflow, new.model_copy(update={"required": failure.node.required}), case,
+                             contract, registry=self._registry)
+        edges = [(parse_token(t).name, node.id) for t in node.inputs.values() if t.startswith("@node.")]
+        wf = workflow.model_copy(update={"nodes": [*workflow.nodes, node], "edges": [*workflow.edges, *edges]})
+        return node, wf
+
+    @staticmethod
+    def _validated_skip(patch: Patch, failure: Failure, workflow: Workflow) -> Patch | None:
+        if failure.node.required:
+            log.info("skip patch for required node %s: rejected", failure.node.id)
+            return None
+        needed = [d for d in workflow.downstream(failure.node.id) if workflow.node(d).required]
+        if needed:
+            log.info("skip patch for %s: required node %s depends on it: rejected", failure.node.id, needed[0])
+            return None
+        return patch.model_copy(update={"inputs": dict(failure.node.inputs), "params": dict(failure.node.params)})
 
     def reset(self, case_id: str | None = None) -> None:
         """Forget the repairs counted for one case (e.g. when it starts a fresh run), or all."""

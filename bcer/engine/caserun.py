@@ -300,14 +300,29 @@ class CaseRun:
 
     def _apply_patch(self, node: Node, patch: Any, attempt: int) -> None:
         """Patch the running node in place; it is resubmitted by ``_submit_ready`` as soon as
-        its (possibly rebound) inputs exist. Finished upstream results are kept."""
+        its (possibly rebound) inputs exist. Finished upstream results are kept. An inserted
+        node joins the workflow before it; a skipped optional node blocks only its optional
+        dependents (the Reflector refuses a skip that a required node depends on)."""
         from .repair import apply_patch
 
-        apply_patch(node, patch, self.device_override)
+        inserted = apply_patch(self.wf, node, patch, self.device_override)
         self.repairs += 1
         self.trace.emit("repaired", node=node.id, tool=node.tool, attempt=attempt,
                         patch=patch.model_dump(mode="json"), message=getattr(patch, "reason", ""))
+        if getattr(patch, "action", "retry") == "skip":
+            self.status[node.id] = "skipped"
+            self.trace.emit("skipped", node=node.id, tool=node.tool, attempt=attempt,
+                            message=getattr(patch, "reason", ""))
+            for d in sorted(self.wf.downstream(node.id)):
+                if self.status.get(d) == "pending":
+                    self._block(d, f"upstream {node.id} was skipped")
+            return
         try:
+            for new in inserted:
+                self.status[new.id] = "pending"
+                self.deps[new.id] = node_dependencies(self.wf, new, self.case)
+                self.trace.emit("planned", node=new.id, tool=new.tool, attempt=attempt,
+                                message=f"inserted before {node.id} by repair")
             self.deps[node.id] = node_dependencies(self.wf, node, self.case)
         except ToolError as e:
             self._give_up(node, e.with_context(node=node.id, tool=node.tool).to_dict(), halted=False)

@@ -11,7 +11,7 @@ import zlib
 from typing import Any
 
 from ..contracts.errors import ErrorCode
-from ..contracts.workflow import Node
+from ..contracts.workflow import Node, Workflow
 from ..tools.registry import get_tool
 from .tokens import parse_token
 
@@ -107,13 +107,34 @@ def ask_reflector(run: Any, node: Node, err: dict[str, Any], attempt: int) -> An
                     reason=f"reflector failed: {type(e).__name__}: {e}")
 
 
-def apply_patch(node: Node, patch: Any, device_override: dict[str, str]) -> None:
-    """Apply a Patch in place to the running node: a Patch carries the node's COMPLETE new
-    inputs and params (re-validated by the Reflector); a device it names is pinned."""
+def apply_patch(workflow: Workflow, node: Node, patch: Any, device_override: dict[str, str]) -> list[Node]:
+    """Apply a (validated) Patch in place to the running workflow; returns the inserted nodes.
+
+    A Patch carries the node's COMPLETE new inputs and params; a device it names is pinned.
+    ``action="insert"`` adds ``patch.insert`` just before the failed node (node order stays
+    topological) with its edges; the failed node's incoming edges are recomputed from its new
+    bindings. ``action="skip"`` changes nothing here: the executor records the skip.
+    """
+    inserted: list[Node] = []
+    if getattr(patch, "action", "retry") == "skip":
+        return inserted
+    if getattr(patch, "action", "retry") == "insert" and patch.insert is not None:
+        new = patch.insert.model_copy(deep=True)
+        workflow.nodes.insert(workflow.nodes.index(node), new)
+        workflow.edges = sorted(set(workflow.edges) | set(_incoming(new)))
+        inserted.append(new)
     node.inputs = dict(patch.inputs)
     node.params = dict(patch.params)
+    workflow.edges = sorted({e for e in workflow.edges if e[1] != node.id} | set(_incoming(node)))
     if getattr(patch, "device", None):
         device_override[node.id] = patch.device
+    return inserted
+
+
+def _incoming(node: Node) -> list[tuple[str, str]]:
+    """Edges into ``node`` from its ``@node`` bindings and its explicit ``after``."""
+    ups = {parse_token(t).name for t in node.inputs.values() if isinstance(t, str) and t.startswith("@node.")}
+    return sorted((u, node.id) for u in ups | set(node.after))
 
 
 __all__ = ["apply_patch", "ask_reflector", "available_artifacts", "bound_kinds"]

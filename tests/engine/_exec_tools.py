@@ -125,3 +125,26 @@ def gpu_only(img: Image, device: str = "cuda") -> Image:
 def writer(img: Image, params: Writer) -> Image:
     """Takes a path param (the sandbox must vet it before the task runs)."""
     return img
+
+
+@tool("xtoy.needs_even", resources=CHEAP, milestone="evened")
+def needs_even(img: Image) -> Image:
+    """Refuses an image whose first axis is odd-sized (like a tool that needs another grid)."""
+    if np.shape(img.data)[0] % 2:
+        raise ToolError("shape", f"first axis has odd size {np.shape(img.data)[0]}", arg="img")
+    return Image(np.asarray(img.data) * 3, img.affine)
+
+
+@tool("xtoy.pad_even", resources=CHEAP)
+def pad_even(img: Image) -> Image:
+    """Pads the first axis to an even size (the step a repair can insert)."""
+    data = np.asarray(img.data)
+    if data.shape[0] % 2:
+        data = np.concatenate([data, data[-1:]], axis=0)
+    return Image(data, img.affine)
+
+
+@tool("xtoy.flaky_extra", resources=CHEAP, milestone="extra")
+def flaky_extra(img: Image) -> Table:
+    """An optional side measurement that always fails (a repair may skip it)."""
+    raise ToolError("numeric", "side measurement diverged")
