@@ -41,6 +41,17 @@ def tools(as_json: bool = typer.Option(False, "--json", help="print ToolSpecs as
     if as_json:
         typer.echo(json.dumps([s.model_dump(mode="json") for s in specs], indent=2))
         return
+    if _narrow(140):  # piped or a small terminal: one block per tool instead of a squeezed table
+        for s in specs:
+            console.print(f"[bold]{s.name}[/] [dim]v{s.version}[/] — {s.description}")
+            console.print(f"  in:  " + ", ".join(f"{p.name}: {p.kind.value}{'' if p.required else '?'}" for p in s.inputs))
+            console.print(f"  out: " + ", ".join(f"{p.name}: {p.kind.value}" for p in s.outputs))
+            for k, v in s.params_schema.get("properties", {}).items():
+                console.print(f"  param {_param_line(k, v)}", soft_wrap=True)
+            console.print(f"  cpu={s.resources.num_cpus:g} gpu={s.resources.num_gpus:g} mem={s.resources.memory_mb}MB "
+                          f"gpu-path={s.gpu} milestone={s.milestone or '-'}")
+        console.print(f"{len(specs)} tools")
+        return
     t = Table(title=f"{len(specs)} tools", show_lines=True)
     t.add_column("tool", no_wrap=True)
     for col in ("inputs", "outputs", "params (default, bounds)", "resources", "gpu", "milestone"):
@@ -55,6 +66,11 @@ def tools(as_json: bool = typer.Option(False, "--json", help="print ToolSpecs as
     console.print(t)
 
 
+def _narrow(need: int) -> bool:
+    """True when output is piped or the terminal is narrower than ``need`` columns."""
+    return not console.is_terminal or console.width < need
+
+
 def _param_line(name: str, schema: dict) -> str:
     bounds = [f"{k[:3]} {schema[k]}" for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
               if k in schema]
@@ -67,7 +83,8 @@ def plan(case: Path = typer.Option(..., "--case", help="case folder (or dataset 
          goal: Optional[str] = typer.Option(None, help="goal text"),
          task: Optional[str] = typer.Option(None, help="task contract id"),
          plan_file: Optional[Path] = typer.Option(None, "--plan", help="plan sketch JSON to compile"),
-         layout: Optional[str] = typer.Option(None, help="dataset layout (default: detect)")) -> None:
+         layout: Optional[str] = typer.Option(None, help="dataset layout (default: detect)"),
+         as_json: bool = typer.Option(False, "--json", help="print sketch and workflow as one JSON object")) -> None:
     """Print the plan sketch and the compiled DAG without running anything."""
     from .api import plan_case
 
@@ -75,7 +92,23 @@ def plan(case: Path = typer.Option(..., "--case", help="case folder (or dataset 
         sketch, workflow, revisions = plan_case(case, task=task, goal=goal, plan=plan_file, layout=layout)
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
+    if as_json:
+        typer.echo(json.dumps({"sketch": sketch.model_dump(mode="json"), "workflow": workflow.model_dump(mode="json"),
+                               "revisions": revisions}, indent=2, default=str))
+        return
     console.print_json(sketch.model_dump_json())
+    if _narrow(120):
+        console.print(f"workflow for {workflow.case_id} ({len(workflow.nodes)} nodes, {revisions} revisions)")
+        for n in workflow.nodes:
+            console.print(f"[bold]{n.id}[/] {n.tool}{'' if n.required else ' (optional)'}"
+                          f"{' milestone=' + n.milestone if n.milestone else ''}")
+            for k, v in n.inputs.items():
+                console.print(f"  {k} <- {v}", soft_wrap=True)
+            if n.params:
+                console.print("  " + ", ".join(f"{k}={v}" for k, v in n.params.items()), soft_wrap=True)
+        for d in workflow.deliverables:
+            console.print(f"deliverable {d.name} <- @node.{d.node}.{d.field} -> {d.file}", soft_wrap=True)
+        return
     t = Table(title=f"workflow for {workflow.case_id} ({len(workflow.nodes)} nodes, {revisions} revisions)")
     for col in ("node", "tool", "inputs", "params", "after", "milestone", "required"):
         t.add_column(col)
@@ -144,7 +177,9 @@ def cohort(data: Path = typer.Option(..., "--data", help="dataset folder"),
            out: Path = typer.Option(Path("bcer_out")), address: Optional[str] = typer.Option(None),
            layout: Optional[str] = typer.Option(None),
            max_in_flight: int = typer.Option(4, help="cases running at once"),
-           limit: Optional[int] = typer.Option(None, help="first N cases only")) -> None:
+           limit: Optional[int] = typer.Option(None, help="first N cases only"),
+           report: bool = typer.Option(True, "--report/--no-report", help="write the HTML pages (OUT/report)"),
+           as_json: bool = typer.Option(False, "--json", help="print the summary and rows as JSON")) -> None:
     """Run many cases; a failing case becomes a row, the others finish; reruns skip _DONE cases."""
     from .api import Study
 
@@ -153,11 +188,17 @@ def cohort(data: Path = typer.Option(..., "--data", help="dataset folder"),
                                      address=address, max_in_flight=max_in_flight, limit=limit))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
-    _print_summary(result)
+    if as_json:
+        typer.echo(json.dumps({"summary": result.summary(), "rows": result.rows}, indent=2, default=str))
+    else:
+        _print_summary(result)
+    if report:
+        _pages(result.out)
 
 
 @app.command()
-def trace(case_dir: Path = typer.Argument(..., help="a case output folder (holds events.jsonl)")) -> None:
+def trace(case_dir: Path = typer.Argument(..., help="a case output folder (holds events.jsonl)"),
+          as_json: bool = typer.Option(False, "--json", help="print the events as a JSON list")) -> None:
     """Timeline of a case's events."""
     from .engine.trace import read_events
 
@@ -165,18 +206,25 @@ def trace(case_dir: Path = typer.Argument(..., help="a case output folder (holds
     if not path.exists():
         _fail(FileNotFoundError(f"no events.jsonl in {case_dir}"))
     events = read_events(path)
+    if as_json:
+        typer.echo(json.dumps([e.model_dump(mode="json") for e in events], indent=2, default=str))
+        return
     t0 = min((e.time for e in events), default=0.0)
     t = Table(title=f"{len(events)} events of {events[0].case if events else case_dir}")
     for col in ("t+s", "kind", "node", "tool"):
         t.add_column(col, no_wrap=True)
+    narrow = _narrow(120)
     for col in ("attempt", "duration", "worker", "detail"):
-        t.add_column(col)
+        if narrow and col in ("worker", "attempt"):
+            continue  # keep the columns that tell the story readable in 80 columns
+        t.add_column(col, overflow="fold")
     for e in events:
         colour = {"failed": "red", "repaired": "yellow", "succeeded": "green", "fallback": "yellow"}.get(e.kind, "")
         detail = " ".join(x for x in (e.error_code, e.message, json.dumps(e.patch) if e.patch else None) if x)
-        t.add_row(f"{e.time - t0:7.3f}", f"[{colour}]{e.kind}[/]" if colour else e.kind, e.node or "",
-                  e.tool or "", str(e.attempt), f"{e.duration_s:.3f}" if e.duration_s is not None else "",
-                  e.worker or "", detail[:120])
+        cells = [f"{e.time - t0:7.3f}", f"[{colour}]{e.kind}[/]" if colour else e.kind, e.node or "", e.tool or ""]
+        dur = f"{e.duration_s:.3f}" if e.duration_s is not None else ""
+        cells += [dur, detail[:120]] if narrow else [str(e.attempt), dur, e.worker or "", detail[:120]]
+        t.add_row(*cells)
     console.print(t)
 
 
@@ -187,7 +235,9 @@ def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
           address: Optional[str] = typer.Option(None, help="Ray address (default: local cluster)"),
           size: str = typer.Option("small", help="phantom size: small | full"),
           data: Optional[Path] = typer.Option(None, help="read cases from this folder instead of synthesising"),
-          seed: int = typer.Option(0), max_in_flight: int = typer.Option(2, help="cases in flight per task")) -> None:
+          seed: int = typer.Option(0), max_in_flight: int = typer.Option(2, help="cases in flight per task"),
+          report: bool = typer.Option(True, "--report/--no-report", help="write the HTML pages (OUT/report)"),
+          as_json: bool = typer.Option(False, "--json", help="print the per-task summary as JSON")) -> None:
     """Task-contract benchmark: SR/TCR per task with quality against ground truth beside it."""
     from .bench import resolve_tasks, run_bench
 
@@ -196,11 +246,16 @@ def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console) as bar:
             job = bar.add_task("cases", total=len(ids) * cases)
-            report = run_bench(ids, cases, out, address=address, size=size, data=data, seed=seed,
+            result = run_bench(ids, cases, out, address=address, size=size, data=data, seed=seed,
                                max_in_flight=max_in_flight, on_case_done=lambda row: bar.advance(job))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
-    _print_bench(report)
+    if as_json:
+        typer.echo(json.dumps({k: result[k] for k in ("config", "tasks", "total_wall_s")}, indent=2, default=str))
+    else:
+        _print_bench(result)
+    if report:
+        _pages(out)
 
 
 def _print_bench(report: dict) -> None:
@@ -237,13 +292,53 @@ def demo(out: Path = typer.Option(Path("demo_out"), help="output folder"),
     console.print(f"[bold]bcer demo[/]: {cases} synthetic case(s) per task, offline planner, "
                   f"{'cluster ' + address if address else 'local Ray'}; outputs in {out}")
     bench(tasks="all", cases=cases, out=out, address=address, size="small", data=None, seed=0,
-          max_in_flight=2)
+          max_in_flight=2, report=True, as_json=False)
     console.print(f"inspect a case: [bold]bcer trace {out}/runs/<task>/<case>[/]  ·  tables: {out}/runs/<task>/cohort.parquet")
 
 
 def _fmt_quality(q: dict) -> str:
     value = "-" if q["mean"] is None else f"{q['mean']:.3g}"
     return value + {True: " ✓", False: " ✗", None: ""}[q["met"]]
+
+
+def _pages(out: Path, **kwargs) -> None:
+    """Write OUT/report and print where; a failure here never fails the run that produced OUT."""
+    from .pages import build_report
+
+    try:
+        stats = build_report(out, **kwargs)
+    except Exception as e:  # the run's outputs are already safe on disk; say what went wrong
+        console.print(f"[yellow]pages not written[/]: {type(e).__name__}: {e}")
+        return
+    console.print(f"pages: [bold]{stats.index}[/] ({stats.case_pages} case pages, {stats.bytes / 1e6:.1f} MB)")
+    for p in stats.problems[:10]:
+        console.print(f"  [yellow]![/] {p}")
+
+
+@app.command()
+def report(out: Path = typer.Argument(..., help="a cohort or bench output folder"),
+           max_case_pages: int = typer.Option(500, help="case pages per cohort (failures first)"),
+           case_pages: bool = typer.Option(True, "--case-pages/--no-case-pages", help="also write one page per case"),
+           as_json: bool = typer.Option(False, "--json", help="print what was written as JSON")) -> None:
+    """Write static HTML pages (cohort, cases) under OUT/report; they open from disk, no server needed."""
+    from .pages import build_report
+
+    try:
+        stats = build_report(out, max_case_pages=max_case_pages, case_pages=case_pages)
+    except (ToolError, FileNotFoundError) as e:
+        _fail(e)
+    if as_json:
+        typer.echo(json.dumps({"index": str(stats.index), "cohort_pages": stats.cohort_pages,
+                               "case_pages": stats.case_pages, "bytes": stats.bytes,
+                               "seconds_cohort_pages": round(stats.seconds_cohort_pages, 3),
+                               "seconds_case_pages": round(stats.seconds_case_pages, 3),
+                               "problems": stats.problems}, indent=2))
+        return
+    console.print(f"wrote [bold]{stats.index}[/]: {stats.cohort_pages} cohort page(s) in "
+                  f"{stats.seconds_cohort_pages:.1f} s, {stats.case_pages} case page(s) in "
+                  f"{stats.seconds_case_pages:.1f} s, {stats.bytes / 1e6:.1f} MB")
+    for p in stats.problems:
+        console.print(f"  [yellow]![/] {p}")
 
 
 @data_app.command("synth")

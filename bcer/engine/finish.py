@@ -38,7 +38,10 @@ def finish_case(run: Any, outcome_cls: type) -> Any:
     checks, sr, tcr = _validate(run)
     status = "succeeded" if run.error is None else ("halted" if run.halted else "failed")
     out.write_workflow(run.ctx.output_dir, run.wf)
+    # kind and options too: with them the record alone re-reads the input exactly (e.g. k-space, not
+    # the reconstruction stored beside it in the same .h5)
     inputs = {k: {"path": str(run.case.sequences[k].path), "format": run.case.sequences[k].format,
+                  "kind": run.case.sequences[k].kind.value, "options": run.case.sequences[k].options or None,
                   "sha256": m.get("sha256"), "frames": m.get("frames") or None}
               for k, m in run.seq_meta.items() if m.get("ok")}
     prov = out.build_provenance(run.wf, run.records, run.written, inputs, run.ctx.run_id)
