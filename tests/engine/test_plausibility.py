@@ -322,7 +322,7 @@ def test_recon_matrix_against_case_metadata(tmp_path) -> None:
         assert run("recon_matrix", tmp_path, {"recon": img}, "recon", c=case(tmp_path, recon_matrix=meta)).ok
     wrong = nii(tmp_path / "wide.nii.gz", np.ones((352, 200, 4), np.float32))
     r = run("recon_matrix", tmp_path, {"recon": wrong}, "recon", c=case(tmp_path, recon_matrix=[176, 176, 1]))
-    assert r.ok is False and r.limit == "176×176" and "352×200" in r.message
+    assert r.ok is False and r.limit == "176×176" and "352×200" in r.message and r.value == pytest.approx(2.27, abs=0.01)
     rect = nii(tmp_path / "rect.nii.gz", np.ones((200, 176, 2), np.float32))
     assert run("recon_matrix", tmp_path, {"recon": rect}, "recon", c=case(tmp_path, recon_matrix=[176, 200])).ok
 

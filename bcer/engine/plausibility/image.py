@@ -91,7 +91,7 @@ def recon_matrix(x: Inputs, p: ReconMatrixParams) -> Verdict:
     ``reconSpace/matrixSize``, which fastMRI's ``reconstruction_rss`` uses: readout
     oversampling removed, centre crop) when the case metadata has one. The axes may be
     in either order (the NIfTI writer may store x/y transposed; that is an orientation,
-    not another matrix)."""
+    not another matrix). Value: in-plane voxels relative to the header's matrix."""
     meta = x.case.metadata.get(p.key)
     if meta is None:
         return Verdict(None, None, "", f"not applicable: case metadata has no {p.key!r}")
@@ -99,8 +99,9 @@ def recon_matrix(x: Inputs, p: ReconMatrixParams) -> Verdict:
     got = tuple(int(n) for n in x.nifti().data.shape[:2])
     limit = f"{want[0]}×{want[1]}"
     ok = got == want or got == want[::-1]
-    return Verdict(ok, float(got[0] * got[1]), limit, f"in-plane matrix {got[0]}×{got[1]}"
-                   + ("" if ok else f", header recon matrix {limit}"))
+    ratio = (got[0] * got[1]) / (want[0] * want[1])  # value: in-plane voxels relative to the header's
+    return Verdict(ok, ratio, limit, f"in-plane matrix {got[0]}×{got[1]}"
+                   + ("" if ok else f", header recon matrix {limit} ({ratio:.2g}× its voxels)"))
 
 
 __all__ = ["Volume", "finite_image", "recon_matrix", "recon_matrix_of", "similar_to_input"]
