@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from bcer.contracts import Case, ErrorCode, PlausibilityCheck, SequenceRef, TaskContract, ToolError, list_contracts
-from bcer.contracts import load_contract
+from bcer.contracts import (Case, ErrorCode, PlausibilityCheck, SequenceRef, TaskContract, ToolError, list_contracts,
+                            load_contract)
 from bcer.engine.plausibility import CHECKS, resolve, run_check, run_checks, summary_message
 
 AFF = np.diag([1.5, 1.5, 3.0, 1.0])  # 1.5 x 1.5 x 3 mm: 6.75 uL voxels

@@ -7,7 +7,7 @@ with SR 0, error code ``value_range`` and a message naming the check and the val
 check is a ``plausibility`` event; the cohort row lists every result.
 
 The table of checks (name -> function, params model with default limits and the source of
-each limit in its docstring) is ``CHECKS``; ``describe()`` lists it.
+each limit in its docstring) is ``CHECKS``.
 """
 from __future__ import annotations
 
@@ -15,12 +15,5 @@ from . import brain, cardiac, image, prostate, registration  # noqa: F401  (regi
 from .core import (CHECKS, CheckDef, CheckResult, FileCache, Inputs, Verdict, check, failed, resolve, run_check,
                    run_checks, summary_message)
 
-
-def describe() -> list[dict[str, object]]:
-    """Every check: name, default limits, documentation (limits and sources)."""
-    return [{"check": c.name, "params": c.params().model_dump(), "doc": c.doc}
-            for c in sorted(CHECKS.values(), key=lambda c: c.name)]
-
-
-__all__ = ["CHECKS", "CheckDef", "CheckResult", "FileCache", "Inputs", "Verdict", "check", "describe", "failed",
+__all__ = ["CHECKS", "CheckDef", "CheckResult", "FileCache", "Inputs", "Verdict", "check", "failed",
            "resolve", "run_check", "run_checks", "summary_message"]

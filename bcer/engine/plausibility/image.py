@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from .core import (Inputs, NoParams, Unavailable, Verdict, Volume, check, find_sequence, sample_nearest,
+from .core import (Inputs, NoParams, Unavailable, Verdict, check, find_sequence, sample_nearest,
                    voxel_to_world)
 
 _MAX_POINTS = 200_000  # enough voxels for a stable correlation; bounds the cost on full-size grids
@@ -104,4 +104,4 @@ def recon_matrix(x: Inputs, p: ReconMatrixParams) -> Verdict:
                    + ("" if ok else f", header recon matrix {limit} ({ratio:.2g}× its voxels)"))
 
 
-__all__ = ["Volume", "finite_image", "recon_matrix", "recon_matrix_of", "similar_to_input"]
+__all__ = ["finite_image", "recon_matrix", "recon_matrix_of", "similar_to_input"]
