@@ -263,6 +263,26 @@ def test_tumour_inside_the_brain(tmp_path, brain) -> None:
     assert r.ok is False and "% of the" in r.message  # 100 % of the brain is no tumour
 
 
+def test_brain_margin_and_inputs_that_are_not_skull_stripped(tmp_path) -> None:
+    from bcer.engine.plausibility.brain import brain_mask, inside_mask
+    from bcer.engine.plausibility.core import Volume
+
+    shape, aff = (40, 40, 30), np.diag([2.0, 2.0, 2.0, 1.0])
+    head = ball(shape, (20, 20, 15), (12, 12, 10))
+    rng = np.random.default_rng(3)
+    t1 = np.where(head, 600.0, 20.0) + rng.normal(0, 5, shape)  # noisy background, no zeros
+    mask, how = brain_mask(Volume(t1, aff))
+    assert "not skull-stripped" in how and mask.sum() == pytest.approx(head.sum(), rel=0.02)
+    # points 1 voxel (2 mm) and 4 voxels (8 mm) beyond the edge along x; a 2 mm margin is 1 voxel
+    edge = np.array([[2.0 * (20 + 12 + 1), 40.0, 30.0], [2.0 * (20 + 12 + 4), 40.0, 30.0], [-50.0, 0.0, 0.0]])
+    assert inside_mask(mask, aff, edge, 0).tolist() == [False, False, False]
+    assert inside_mask(mask, aff, edge, 1).tolist() == [True, False, False]
+    case_ = Case(id="h1", root=str(tmp_path), sequences={"T1": SequenceRef(path=str(nii(tmp_path / "t1.nii.gz",
+                                                                                          t1.astype(np.float32), aff)))})
+    seg = nii(tmp_path / "seg.nii.gz", _labels(shape, (20, 20, 15)), aff)
+    assert run("tumour_in_brain", tmp_path, {"seg": seg}, "seg", c=case_).ok
+
+
 def test_tumour_in_brain_from_feature_centroids(tmp_path, brain) -> None:
     c, _ = brain
     rows = [{"roi": "oedema", "labels": [2], "volume_ml": 20.0, "centroid_x": 54.0, "centroid_y": 84.0,

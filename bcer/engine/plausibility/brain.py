@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from scipy import ndimage
 
 from ...metrics import dice
-from .core import Inputs, Unavailable, Verdict, Volume, check, grid_points, number, sample_nearest
+from .core import Inputs, Unavailable, Verdict, Volume, check, grid_points, number, world_to_voxel
 
 
 class LabelParams(BaseModel):
@@ -43,25 +43,34 @@ class BrainParams(BaseModel):
     margin_mm: float = Field(2.0, ge=0, description="the brain mask is grown by this much (partial-volume rim)")
 
 
-def brain_mask(vol: Volume, margin_mm: float) -> tuple[np.ndarray, str]:
+def brain_mask(vol: Volume) -> tuple[np.ndarray, str]:
     """The brain on an input's grid. Skull-stripped inputs (BraTS: background exactly 0) give it
     directly; otherwise the head (signal above 10 % of the 99th percentile) stands in."""
-    data = np.asarray(vol.data, np.float64)
+    data = np.asarray(vol.data)
     if data.ndim != 3:
         raise Unavailable(f"input has shape {data.shape}; need 3-D")
-    zero = float(np.mean(data == 0))
-    if zero >= 0.05:
+    if float(np.mean(data == 0)) >= 0.05:
         m, how = data != 0, "non-zero voxels of the skull-stripped input"
     else:
         m, how = data > 0.1 * np.percentile(data, 99), "head mask (input is not skull-stripped)"
-    m = ndimage.binary_fill_holes(m)
-    it = int(np.ceil(margin_mm / vol.spacing.min())) if margin_mm > 0 else 0
-    return (ndimage.binary_dilation(m, iterations=it) if it else m), how
+    return ndimage.binary_fill_holes(m), how
 
 
-def _brain_ml(vol: Volume) -> float:
-    m, _ = brain_mask(vol, 0.0)
-    return float(m.sum()) * vol.voxel_ml
+def inside_mask(mask: np.ndarray, affine: np.ndarray, points: np.ndarray, margin_vox: int) -> np.ndarray:
+    """Whether each world point falls in ``mask`` grown by ``margin_vox`` voxels. The growing
+    is done on the points' bounding box only (a full-size brain mask is 9 M voxels)."""
+    ijk = np.rint(world_to_voxel(affine, points)).astype(np.int64)
+    shape = np.asarray(mask.shape)
+    lo = np.clip(ijk.min(0) - margin_vox - 1, 0, shape)
+    hi = np.clip(ijk.max(0) + margin_vox + 2, 0, shape)
+    crop = mask[lo[0]:hi[0], lo[1]:hi[1], lo[2]:hi[2]]
+    if margin_vox and crop.size:
+        crop = ndimage.binary_dilation(crop, iterations=margin_vox)
+    local = ijk - lo
+    ok = np.all((local >= 0) & (local < np.asarray(crop.shape)), axis=1) & np.all((ijk >= 0) & (ijk < shape), axis=1)
+    out = np.zeros(len(points), bool)
+    out[ok] = crop[tuple(local[ok].T)]
+    return out
 
 
 @check("tumour_in_brain", BrainParams)
@@ -72,16 +81,15 @@ def tumour_in_brain(x: Inputs, p: BrainParams) -> Verdict:
     the brain volume (our choice: a "tumour" that large is a mask that leaked). Value: the
     share inside."""
     inp = x.sequence(p.sequence)
-    brain, how = brain_mask(inp, p.margin_mm)
-    bvol = Volume(brain.astype(np.uint8), inp.affine)
-    brain_ml = _brain_ml(inp)
+    brain, how = brain_mask(inp)
+    brain_ml = float(brain.sum()) * inp.voxel_ml
+    margin = int(np.ceil(p.margin_mm / inp.spacing.min())) if p.margin_mm > 0 else 0
     if x.path().name.endswith((".nii", ".nii.gz")):
         seg = x.nifti()
         tum = np.asarray(seg.data) != 0
         if tum.ndim != 3 or not tum.any():
             raise Unavailable("tumour mask is empty or not 3-D")
-        pts = grid_points(seg, tum)
-        inside = float(sample_nearest(bvol, pts).mean())
+        inside = float(inside_mask(brain, inp.affine, grid_points(seg, tum), margin).mean())
         tumour_ml = float(tum.sum()) * seg.voxel_ml
         what = f"{100 * inside:.1f} % of {int(tum.sum())} tumour voxels"
     else:
@@ -90,7 +98,7 @@ def tumour_in_brain(x: Inputs, p: BrainParams) -> Verdict:
         cents = [c for c in cents if all(isinstance(v, (int, float)) for v in c)]
         if not cents:
             raise Unavailable("features table has no centroid_x/y/z")
-        inside = float(sample_nearest(bvol, np.asarray(cents, np.float64)).mean())
+        inside = float(inside_mask(brain, inp.affine, np.asarray(cents, np.float64), margin).mean())
         tumour_ml = sum(number(r["volume_ml"], "volume_ml") for r in rows
                         if len(r.get("labels") or [r.get("label")]) == 1 and r.get("volume_ml") is not None)
         what = f"{100 * inside:.0f} % of {len(cents)} ROI centroids"
@@ -187,5 +195,5 @@ def grade_matches_features(x: Inputs, p: VolumeAgreeParams) -> Verdict:
                    f"{grade['label']}; {worst} {t:.2f} mL vs features {m:.2f} mL")
 
 
-__all__ = ["brain_mask", "brats_labels", "compartment_volumes", "compartments_nested", "grade_matches_features",
+__all__ = ["brain_mask", "brats_labels", "inside_mask", "compartment_volumes", "compartments_nested", "grade_matches_features",
            "tumour_in_brain"]

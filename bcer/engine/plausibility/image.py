@@ -16,11 +16,11 @@ _MAX_POINTS = 200_000  # enough voxels for a stable correlation; bounds the cost
 def finite_image(x: Inputs, p: NoParams) -> Verdict:
     """Every voxel finite and the image not constant. Limit: 0 NaN/Inf voxels, std > 0
     (a constant volume carries no image, whatever its size)."""
-    data = np.asarray(x.nifti().data, dtype=np.float64)
+    data = np.asarray(x.nifti().data)
     bad = float(np.size(data) - np.count_nonzero(np.isfinite(data)))
     if bad:
         return Verdict(False, bad, "0 non-finite voxels", f"{bad:.0f} NaN/Inf voxels")
-    std = float(data.std())
+    std = float(data.std(dtype=np.float64))
     if std == 0.0:
         return Verdict(False, 0.0, "std > 0", f"the image is constant ({float(data.flat[0]):.4g})")
     return Verdict(True, 0.0, "0 non-finite voxels, std > 0", f"finite, std {std:.4g}")
@@ -49,11 +49,12 @@ def similar_to_input(x: Inputs, p: SimilarParams) -> Verdict:
     if out.data.ndim != 3 or inp.data.ndim != 3:
         return Verdict(None, None, f"r ≥ {p.min_corr:g}", f"not applicable: {out.data.ndim}-D output, "
                        f"{inp.data.ndim}-D input")
+    n = int(np.prod(inp.data.shape))
+    idx = np.arange(0, n, max(1, n // _MAX_POINTS))
     if out.data.shape == inp.data.shape and np.allclose(out.affine, inp.affine, atol=1e-3):
-        a, b = np.asarray(out.data, np.float64).ravel(), np.asarray(inp.data, np.float64).ravel()
+        a = np.asarray(out.data).reshape(-1)[idx].astype(np.float64)
+        b = np.asarray(inp.data).reshape(-1)[idx].astype(np.float64)
     else:
-        n = int(np.prod(inp.data.shape))
-        idx = np.arange(0, n, max(1, n // _MAX_POINTS))
         ijk = np.column_stack(np.unravel_index(idx, inp.data.shape))
         a = sample_nearest(out, voxel_to_world(inp.affine, ijk), fill=np.nan)
         b = np.asarray(inp.data, np.float64).reshape(-1)[idx]
