@@ -130,7 +130,8 @@ def _progress_run(study) -> "object":
         def done(row: dict) -> None:
             mark = "[green]✓[/]" if row["status"] == "succeeded" else "[red]✗[/]"
             extra = " (resumed)" if row.get("resumed") else ""
-            msg = f" {row.get('error_code')}: {row.get('error_message')}" if row["status"] != "succeeded" else ""
+            msg = (f" {row['status']} {row.get('error_code')}: {row.get('error_message')}"
+                   if row["status"] != "succeeded" else "")
             bar.console.print(f"{mark} {row['case']}{extra}{msg}")
             bar.advance(job)
 
@@ -141,7 +142,8 @@ def _progress_run(study) -> "object":
 def _print_summary(result) -> None:
     s = result.summary()
     console.print(f"[bold]{s['succeeded']}/{s['cases']}[/] cases succeeded "
-                  f"(SR {100 * s['sr']:.0f}%, TCR {100 * s['tcr']:.0f}%, resumed {s['resumed']}); "
+                  f"(SR delivered {100 * s['sr_delivered']:.0f}%, SR plausible {100 * s['sr']:.0f}%, "
+                  f"TCR {100 * s['tcr']:.0f}%, implausible {s['implausible']}, resumed {s['resumed']}); "
                   f"outputs in {result.out}")
 
 
@@ -164,8 +166,9 @@ def run(case: Path = typer.Option(..., "--case", help="case folder"),
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     row = result.rows[0]
-    console.print_json(json.dumps({k: row.get(k) for k in ("case", "status", "sr", "tcr", "error_code",
-                                                            "error_message", "deliverables", "measurements")},
+    console.print_json(json.dumps({k: row.get(k) for k in ("case", "status", "sr", "sr_delivered", "tcr", "error_code",
+                                                            "error_message", "deliverables", "measurements",
+                                                            "plausibility")},
                                   default=str))
     raise typer.Exit(0 if row["status"] == "succeeded" else 1)
 
@@ -260,7 +263,8 @@ def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
 
 def _print_bench(report: dict) -> None:
     for task, s in report["tasks"].items():
-        t = Table(title=f"{task} ({s['chain']}): {s['cases']} cases, SR {100 * s['sr']:.0f}%, "
+        t = Table(title=f"{task} ({s['chain']}): {s['cases']} cases, SR (delivered) "
+                        f"{100 * s.get('sr_delivered', s['sr']):.0f}%, SR (plausible) {100 * s['sr']:.0f}%, "
                         f"TCR {100 * s['tcr']:.0f}%, median {s['median_case_s']} s/case")
         for col in ("metric", "mean", "n", "threshold", "met"):
             t.add_column(col)
@@ -272,12 +276,13 @@ def _print_bench(report: dict) -> None:
         for f in s["failures"]:
             console.print(f"  [red]✗[/] {f['case']}: {f['status']} {f['error_code']}: {f['error_message']}")
     t = Table(title="bench summary")
-    for col in ("task", "cases", "SR", "TCR", "quality (mean; ✓ threshold met)", "median s/case"):
+    for col in ("task", "cases", "SR (delivered)", "SR (plausible)", "TCR", "quality (mean; ✓ threshold met)",
+                "median s/case"):
         t.add_column(col)
     for task, s in report["tasks"].items():
         qual = ", ".join(f"{k}={_fmt_quality(q)}" for k, q in s["quality"].items())
-        t.add_row(task, str(s["cases"]), f"{100 * s['sr']:.0f}%", f"{100 * s['tcr']:.0f}%", qual,
-                  str(s["median_case_s"]))
+        t.add_row(task, str(s["cases"]), f"{100 * s.get('sr_delivered', s['sr']):.0f}%", f"{100 * s['sr']:.0f}%",
+                  f"{100 * s['tcr']:.0f}%", qual, str(s["median_case_s"]))
     console.print(t)
     console.print(f"total wall time {report['total_wall_s']:.1f} s (synthesis {report['synth_s']:.1f} s, "
                   f"runs {report['run_s']:.1f} s)")

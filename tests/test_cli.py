@@ -68,5 +68,24 @@ def test_data_synth_inspect_plan_run_trace(ray_local, tmp_path):
 
     code, out = invoke("cohort", "--data", data, "--task", "segment_brain", "--out", tmp_path / "cohort")
     assert code == 0 and "2/2 cases succeeded" in out
+    assert "SR delivered 100%, SR plausible 100%" in out and "implausible 0" in out
     code, out = invoke("cohort", "--data", data, "--task", "segment_brain", "--out", tmp_path / "cohort")
     assert code == 0 and "resumed 2" in out
+
+
+def test_bench_tables_show_sr_delivered_and_plausible_side_by_side():
+    from bcer.cli import _print_bench, console
+
+    summary = {"chain": "long", "cases": 4, "sr": 0.5, "sr_delivered": 1.0, "tcr": 1.0, "median_case_s": 2.0,
+               "quality": {}, "failures": [{"case": "c1", "status": "implausible", "error_code": "value_range",
+                                            "error_message": "plausibility check 'ef_range' failed", "node": "q"}]}
+    report = {"tasks": {"cardiac_report": summary}, "total_wall_s": 9.0, "synth_s": 1.0, "run_s": 8.0}
+    width, console.width = console.width, 200  # no wrapping inside cells
+    try:
+        with console.capture() as cap:
+            _print_bench(report)
+    finally:
+        console.width = width
+    out = cap.get()
+    assert "SR (delivered) 100%, SR (plausible) 50%" in " ".join(out.split())  # the title wraps
+    assert "SR (delivered)" in out and "SR (plausible)" in out and "c1: implausible value_range" in out

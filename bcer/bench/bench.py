@@ -4,7 +4,10 @@ For each task the cases are synthesised (phantoms with exact truth, written in t
 layout of that kind of study) or read from ``data``; every (task, case) then runs on Ray:
 one cohort per task, all tasks at once, so the cluster interleaves cases of every task.
 SR and TCR are the executor's contract validation (``bcer.engine.validate.score``), exactly
-as defined there; quality metrics (``bcer.bench.quality``) are computed afterwards from the
+as defined there, with SR also requiring every plausibility check of the contract to pass
+(``bcer.engine.plausibility``); ``sr_delivered`` is the validators alone, reported beside
+it so a tool that delivers wrong-but-well-formed files shows up as the gap between the two.
+Quality metrics (``bcer.bench.quality``) are computed afterwards from the
 written deliverables and reported beside them, never folded in.
 
 Output::
@@ -93,10 +96,12 @@ def _run_task(task: str, cases: list[Case], out: Path, address: str | None, seed
         quality = (case_quality(case, case_dir, contract)
                    if case is not None and case.ground_truth and (case_dir / "workflow.json").exists() else {})
         rows.append({"task": task, "case": row["case"], "status": row["status"], "sr": row.get("sr") or 0,
+                     "sr_delivered": int(row.get("sr_delivered", row.get("sr")) or 0),
                      "tcr": float(row.get("tcr") or 0.0), "error_code": row.get("error_code"),
                      "error_message": row.get("error_message"), "error_node": row.get("error_node"),
                      "duration_s": row.get("duration_s"), "repairs": row.get("repairs", 0),
-                     "plan_revisions": row.get("plan_revisions"), "quality": quality})
+                     "plan_revisions": row.get("plan_revisions"), "quality": quality,
+                     "plausibility": row.get("plausibility") or []})
     return {"task": task, "rows": rows, "wall_s": round(time.time() - t0, 2), "out": str(cfg.out)}
 
 
@@ -118,13 +123,35 @@ def run_task_cases(cases: dict[str, list[Case]], out: str | Path, address: str |
         return [f.result() for f in futures]
 
 
+def plausibility_summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per check: cases it ran on, passed, failed, not applicable, and the range of its values."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        for c in r.get("plausibility") or []:
+            s = out.setdefault(c["check"], {"deliverable": c["deliverable"], "limit": c.get("limit", ""),
+                                            "passed": 0, "failed": 0, "not_applicable": 0, "values": []})
+            s[{True: "passed", False: "failed", None: "not_applicable"}[c["ok"]]] += 1
+            if c.get("value") is not None:
+                s["values"].append(float(c["value"]))
+            if c["ok"] is not None and c.get("limit"):
+                s["limit"] = c["limit"]
+    for s in out.values():
+        vals = s.pop("values")
+        s["min"], s["max"] = (round(min(vals), 4), round(max(vals), 4)) if vals else (None, None)
+    return out
+
+
 def task_summary(contract: TaskContract, rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
-    """Cases, SR, TCR (means over cases), quality means with thresholds, median wall per case."""
+    """Cases, SR (delivered AND plausible), SR delivered (contract validators only), TCR (means
+    over cases), plausibility per check, quality means with thresholds, median wall per case."""
     n = len(rows)
     durations = [r["duration_s"] for r in rows if r.get("duration_s") is not None]
     return {
         "task": contract.id, "chain": contract.chain, "cases": n,
         "sr": round(sum(r["sr"] for r in rows) / n, 4) if n else 0.0,
+        "sr_delivered": round(sum(r.get("sr_delivered", r["sr"]) for r in rows) / n, 4) if n else 0.0,
+        "implausible": sum(r["status"] == "implausible" for r in rows),
+        "plausibility": plausibility_summary(rows),
         "tcr": round(sum(r["tcr"] for r in rows) / n, 4) if n else 0.0,
         "quality": summarise(contract, [r["quality"] for r in rows]),
         "median_case_s": round(statistics.median(durations), 2) if durations else None,
@@ -185,4 +212,4 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
     return report
 
 
-__all__ = ["BENCH_FILE", "resolve_tasks", "run_bench", "run_task_cases", "task_summary"]
+__all__ = ["BENCH_FILE", "plausibility_summary", "resolve_tasks", "run_bench", "run_task_cases", "task_summary"]

@@ -65,17 +65,27 @@ class CohortResult:
         return events_table(sorted(self.out.glob("*/events.jsonl")))
 
     def summary(self) -> dict[str, Any]:
+        """Counts and means; ``sr`` is delivered AND plausible, ``sr_delivered`` validators only."""
         n = len(self.rows)
         return {"cases": n, "succeeded": sum(r["status"] == "succeeded" for r in self.rows),
                 "failed": sum(r["status"] not in ("succeeded",) for r in self.rows),
+                "implausible": sum(r["status"] == "implausible" for r in self.rows),
                 "resumed": sum(bool(r.get("resumed")) for r in self.rows),
                 "sr": sum(r.get("sr") or 0 for r in self.rows) / n if n else 0.0,
+                "sr_delivered": sum(_sr_delivered(r) for r in self.rows) / n if n else 0.0,
                 "tcr": sum(r.get("tcr") or 0.0 for r in self.rows) / n if n else 0.0}
 
 
+def _sr_delivered(row: dict[str, Any]) -> int:
+    """A row's delivered-SR (rows written before plausibility existed: their ``sr``)."""
+    v = row.get("sr_delivered", row.get("sr"))
+    return int(v or 0)
+
+
 def _flat_row(row: dict[str, Any]) -> dict[str, Any]:
-    flat = {k: v for k, v in row.items() if k not in ("measurements", "deliverables")}
+    flat = {k: v for k, v in row.items() if k not in ("measurements", "deliverables", "plausibility")}
     flat["deliverables"] = json.dumps(row.get("deliverables", {}))
+    flat["plausibility"] = json.dumps(row.get("plausibility", []))  # mixed value types: JSON text
     for k, v in (row.get("measurements") or {}).items():
         if isinstance(v, (int, float, str, bool)) or v is None:
             flat[f"m_{k}"] = v
@@ -105,7 +115,7 @@ def admit_case(case: Case, contract: TaskContract | None) -> None:
 
 def _error_row(case: Case, cfg: CohortConfig, err: ToolError, status: str, t0: float) -> dict[str, Any]:
     return {"case": case.id, "task": cfg.contract.id if cfg.contract else None, "run": cfg.run_id,
-            "status": status, "sr": 0, "tcr": 0.0, "error_code": err.code.value,
+            "status": status, "sr": 0, "sr_delivered": 0, "tcr": 0.0, "plausibility": [], "error_code": err.code.value,
             "error_message": err.message, "error_node": err.context.get("node"),
             "duration_s": round(time.time() - t0, 3), "repairs": 0, "deliverables": {}, "measurements": {}}
 
@@ -134,7 +144,9 @@ def run_one(case: Case, cfg: CohortConfig, reflector=None, hooks: Iterable = ())
                                 hooks=list(hooks))
     row = {"case": case.id, "task": cfg.contract.id if cfg.contract else None, "run": cfg.run_id,
            "status": outcome.status, "sr": getattr(outcome, "sr", int(outcome.status == "succeeded")),
+           "sr_delivered": getattr(outcome, "sr_delivered", None),
            "tcr": getattr(outcome, "tcr", float(outcome.status == "succeeded")),
+           "plausibility": list(getattr(outcome, "plausibility", [])),
            "error_code": (outcome.error or {}).get("code"), "error_message": (outcome.error or {}).get("message"),
            "error_node": (outcome.error or {}).get("node"), "duration_s": round(time.time() - t0, 3),
            "repairs": outcome.repairs, "plan_revisions": revisions, "planner": cfg.planner.name,

@@ -32,7 +32,12 @@ def test_every_task_succeeds_with_the_offline_brain(bench) -> None:
     for task, s in report["tasks"].items():
         assert s["cases"] == 1 and s["sr"] == 1.0 and s["tcr"] == 1.0, (task, s["failures"])
         assert s["median_case_s"] > 0
+        # SR (delivered) and SR (plausible) side by side; no false alarm on today's phantoms
+        assert s["sr_delivered"] == 1.0 and s["implausible"] == 0
+        declared = {c.check for c in load_contract(task).plausibility}
+        assert set(s["plausibility"]) == declared and all(p["failed"] == 0 for p in s["plausibility"].values())
     for row in report["cases"]:
+        assert row["sr_delivered"] == 1 and all(p["ok"] is not False for p in row["plausibility"])
         case_dir = out / "runs" / row["task"] / row["case"]
         assert (case_dir / "_DONE").exists() and (case_dir / "workflow.json").exists()
         for d in load_contract(row["task"]).deliverables:
