@@ -244,8 +244,10 @@ def cardiac(cine: Cine, params: CardiacParams, device: str = "cpu") -> Mask:
 
         # frames become extra slices: a 2-D bundle sees Z*T slices in one batch
         flat = np.asarray(data, np.float32).reshape(1, x, y, z * t)
-        labels, meta = run_bundle(p, flat, cine.spacing, device, params.roi_size,
-                                  params.sw_batch_size, params.overlap)
+        from .bundle_labels import CARDIAC_TARGETS
+
+        labels, meta = run_bundle(p, flat, cine.spacing, device, params.roi_size, params.sw_batch_size,
+                                  params.overlap, affine=cine.affine, targets=CARDIAC_TARGETS)
         labels = labels.reshape(x, y, z, t)
     else:
         labels, meta = _classical(cine, params)
