@@ -169,7 +169,7 @@ def _classical(t1: Image, t1c: Image, t2: Image, flair: Image, p: BrainTumorPara
     return labels, meta
 
 
-@tool("seg.brain_tumor", version="1.0", milestone="segmentation",
+@tool("seg.brain_tumor", version="1.1", milestone="segmentation",
       resources={"num_cpus": 1, "memory_mb": 2048}, gpu="optional")
 def brain_tumor(t1: Image, t1c: Image, t2: Image, flair: Image, params: BrainTumorParams,
                 device: str = "cpu") -> BrainTumorSeg:

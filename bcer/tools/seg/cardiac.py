@@ -221,7 +221,7 @@ def _classical(cine: Cine, p: CardiacParams) -> tuple[np.ndarray, dict[str, Any]
     return labels, meta
 
 
-@tool("seg.cardiac", version="1.1", milestone="segmentation",
+@tool("seg.cardiac", version="1.2", milestone="segmentation",
       resources={"num_cpus": 1, "memory_mb": 2048}, gpu="optional", output="labels")
 def cardiac(cine: Cine, params: CardiacParams, device: str = "cpu") -> Mask:
     """RV/MYO/LV labels (1/2/3) on every frame of a short-axis cine.

@@ -223,7 +223,7 @@ def _bundle(t2w: Image, adc: Image | None, p: ProstateParams, device: str) -> tu
     return labels.astype(np.int16), meta
 
 
-@tool("seg.prostate", version="1.1", milestone="segmentation",
+@tool("seg.prostate", version="1.2", milestone="segmentation",
       resources={"num_cpus": 1, "memory_mb": 2048}, gpu="optional")
 def prostate(t2w: Image, params: ProstateParams, adc: Image | None = None, device: str = "cpu") -> ProstateSeg:
     """Prostate gland and zones (1 PZ, 2 TZ) on the T2w grid.
