@@ -193,6 +193,27 @@ def test_prostate_argmax_largest_component_and_inversion_decide_the_zones(tmp_pa
     assert np.all(zones[~far] == 0)
 
 
+def test_without_postprocessing_bcer_takes_argmax_and_inverts_the_preprocessing(tmp_path: Path) -> None:
+    img, where = _blocks()
+    net = {"_target_": "torch.nn.Conv3d", "in_channels": 1, "out_channels": 3, "kernel_size": 1}
+    inf = Z.prostate_inference(net, [32, 32, 32], [1.5, 1.5, 1.5])
+    del inf["postprocessing"]  # scores out; no Invertd although Orientationd/Spacingd ran
+    s = (img - img.min()) / (img.max() - img.min())
+    cut = 0.5 * sum((float((v - img.min()) / (img.max() - img.min())) - s.mean()) / s.std() for v in (150.0, 300.0))
+    root = _conv_bundle(tmp_path / "raw", inf, Z.prostate_metadata(), np.array([[0.0], [1.0], [2.0]]),
+                        np.array([0.0, 0.0, -cut]))
+    affine = np.array([[-1.2, 0, 0, 30.0], [0, -1.2, 0, 20.0], [0, 0, 3.0, -10.0], [0, 0, 0, 1]])
+    out = call_tool("seg.prostate", {"t2w": Image(img, affine)}, {"bundle_dir": str(root)})
+    zones = out["zones"].data
+    speck = np.zeros(img.shape, bool)
+    speck[where["speck"]] = True
+    big = np.zeros(img.shape, bool)
+    big[where["pz"]] = True
+    assert zones.shape == img.shape and any("argmax" in n for n in out["zones"].meta["bundle_notes"])
+    assert np.all(zones[ndi.binary_erosion(big, iterations=2)] == 1)
+    assert np.all(zones[ndi.binary_erosion(speck, iterations=1)] == 1)  # no largest-component step here
+
+
 def test_named_input_channels_need_their_sequences(tmp_path: Path) -> None:
     from bcer.datasets.prostate import make_prostate
 

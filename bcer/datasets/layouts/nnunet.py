@@ -128,7 +128,7 @@ def _label_names(desc: dict[str, Any]) -> dict[str, str]:
     return {k: n for k, n in out.items() if k != "0"}
 
 
-def _case_files(images: Path, n_channels: int) -> dict[str, dict[int, Path] | Path]:
+def _case_files(images: Path) -> dict[str, dict[int, Path] | Path]:
     """{case: {channel: file}} for ``_XXXX`` files, or {case: 4-D file} (MSD as downloaded)."""
     cases: dict[str, Any] = {}
     for p in sorted(images.iterdir()):
@@ -206,7 +206,7 @@ def read(root: Path, seq: Mapping[str, str] | None = None) -> list[Case]:
     for images, labels, split in SPLITS:
         if (root / images).is_dir():
             items += [(case, files, split, root / labels) for case, files in
-                      _case_files(root / images, len(channels)).items()]
+                      _case_files(root / images).items()]
     if not items:
         raise ToolError(ErrorCode.input_missing, f"no images in {root}/imagesTr or imagesTs", file=str(root))
     ids = [sanitize_case_id(c) for c, *_ in items]

@@ -33,7 +33,9 @@ allows (``"8*n"``: multiples of 8).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
+import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -298,6 +300,15 @@ def _first_output(out: Any) -> Any:
     return out
 
 
+def _lenient(compose: Any) -> Any:
+    """Transforms for keys bcer does not hand over (a ``label`` key) skip them instead of failing."""
+    from monai.transforms import MapTransform, allow_missing_keys_mode
+
+    if any(isinstance(t, MapTransform) for t in compose.flatten().transforms):
+        return allow_missing_keys_mode(compose)
+    return contextlib.nullcontext()
+
+
 def _infer_pipeline(bundle: Bundle, channels: np.ndarray, affine: np.ndarray, roi: tuple[int, ...], sw: int,
                     overlap: float) -> tuple[np.ndarray, int]:
     """Pre-processing, inferer and post-processing as the bundle configures them: the output
@@ -305,7 +316,7 @@ def _infer_pipeline(bundle: Bundle, channels: np.ndarray, affine: np.ndarray, ro
     post-processing does not invert its spatial pre-processing itself)."""
     import torch
     from monai.data import MetaTensor
-    from monai.transforms import Invertd, allow_missing_keys_mode
+    from monai.transforms import Invertd
 
     pipe = bundle.pipeline
     assert pipe is not None
@@ -313,18 +324,21 @@ def _infer_pipeline(bundle: Bundle, channels: np.ndarray, affine: np.ndarray, ro
     img = MetaTensor(torch.from_numpy(np.ascontiguousarray(channels)),
                      affine=torch.as_tensor(np.asarray(affine, np.float64)))
     data: dict[str, Any] = {key: img}
-    with allow_missing_keys_mode(pipe.pre):
-        data = pipe.pre(data)
-    inferer = _inferer(bundle, roi, sw, overlap)
-    with torch.no_grad():
-        logits = _first_output(inferer(data[key][None].to(torch_device(bundle.device)), bundle.network))
-    n_logits = int(logits.shape[1])
-    data["pred"] = logits[0].detach().to("cpu")
-    with allow_missing_keys_mode(pipe.post):
-        data = pipe.post(data)
-    moved = getattr(data[key], "applied_operations", None)
-    if not pipe.has_invert and moved:
-        data = Invertd(keys="pred", transform=pipe.pre, orig_keys=key, nearest_interp=True)(data)
+    with warnings.catch_warnings():
+        # Invertd over a pre-processing without spatial steps is a no-op MONAI warns about
+        warnings.filterwarnings("ignore", message="inverse has been called but no invertible")
+        with _lenient(pipe.pre):
+            data = pipe.pre(data)
+        inferer = _inferer(bundle, roi, sw, overlap)
+        with torch.no_grad():
+            logits = _first_output(inferer(data[key][None].to(torch_device(bundle.device)), bundle.network))
+        n_logits = int(logits.shape[1])
+        data["pred"] = logits[0].detach().to("cpu")
+        with _lenient(pipe.post):
+            data = pipe.post(data)
+        moved = getattr(data[key], "applied_operations", None)
+        if not pipe.has_invert and moved:
+            data = Invertd(keys="pred", transform=pipe.pre, orig_keys=key, nearest_interp=True)(data)
     pred = data["pred"]
     pred = np.asarray(pred.detach().cpu().numpy() if hasattr(pred, "detach") else pred)
     if pred.ndim == channels.ndim - 1:
@@ -350,6 +364,10 @@ def _value_table(bundle: Bundle, n_channels: int) -> dict[int, tuple[int, ...]]:
 def _tool_labels(pred: np.ndarray, bundle: Bundle, n_logits: int,
                  targets: Sequence[LabelTarget] | None) -> tuple[np.ndarray, dict[int, int] | str]:
     """The bundle's output in the tool's label values, and the mapping used."""
+    table = None
+    if pred.shape[0] > 1 and not bundle.pipeline.discrete:  # scores and no labelling step: argmax
+        pred = np.argmax(pred, axis=0)[None]
+        table = {k: (k,) for k in range(n_logits)}
     if pred.shape[0] > 1:  # one-hot or overlapping binary regions, named by channel_def
         if targets is None or not bundle.channel_names:
             return np.argmax(pred, axis=0).astype(np.int16), "argmax over output channels"
@@ -360,17 +378,16 @@ def _tool_labels(pred: np.ndarray, bundle: Bundle, n_logits: int,
     elif targets is None or not bundle.channel_names:
         return values.astype(np.int16), "identity (no output channel names or no tool labels)"
     else:
-        mapping = value_map(_value_table(bundle, n_logits), bundle.channel_names, targets, bundle.path)
+        mapping = value_map(table or _value_table(bundle, n_logits), bundle.channel_names, targets, bundle.path)
     found = np.unique(values)
     unknown = [int(v) for v in found if int(v) not in mapping]
     if unknown:
         raise ToolError(ErrorCode.value_range, f"bundle {bundle.path} wrote label values {unknown} its "
                         f"post-processing does not produce from any class (known: {sorted(mapping)})",
                         arg="bundle_dir")
-    lut = {int(v): mapping[int(v)] for v in found}
     out = np.zeros(values.shape, np.int16)
-    for v, t in lut.items():
-        out[values == v] = t
+    for v in found:
+        out[values == v] = mapping[int(v)]
     return out, mapping
 
 

@@ -238,6 +238,7 @@ class Pipeline:
     post: Any
     value_steps: Any
     has_invert: bool
+    discrete: bool = True  # the post-processing makes labels (AsDiscrete, a label lambda...)
     notes: list[str] = field(default_factory=list)
 
 
@@ -312,8 +313,12 @@ def build_pipeline(cfg: BundleConfig) -> Pipeline:
         notes.append("no inferer in the config: sliding window over the metadata's spatial shape")
     elif not isinstance(inferer, SlidingWindowInferer):
         notes.append(f"inferer {type(inferer).__name__} runs as configured (roi_size/overlap overrides ignored)")
+    discrete = any(_name(t) in DISCRETISING | {"Lambdad", "Lambda"} for t in post)
+    if not discrete:
+        notes.append("postprocessing makes no labels: argmax over the network's channels")
     return Pipeline(image_key=key, pre=pre_c, inferer=inferer, post=post_c, value_steps=value_c,
-                    has_invert=any(_name(t) in ("Invertd", "Invert") for t in post), notes=notes)
+                    has_invert=any(_name(t) in ("Invertd", "Invert") for t in post), discrete=discrete,
+                    notes=notes)
 
 
 __all__ = ["AxisRule", "BundleConfig", "Pipeline", "axis_rule", "build_network", "build_pipeline",
