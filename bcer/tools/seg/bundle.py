@@ -184,8 +184,9 @@ def _describe(cfg: BundleConfig, network: Any, device: str, pipeline: Pipeline |
     except (TypeError, ValueError, AttributeError) as e:
         raise ToolError(ErrorCode.schema, f"bundle {folder}: unreadable channel counts or label values: {e}",
                         file=where) from None
-    default_roi = tuple(r.fit(DEFAULT_ROI) if r.sizes is not None or not isinstance(r.spec, int) else int(r.spec)
-                        for r in rules) or (DEFAULT_ROI,) * dims
+    # the trained patch size where the metadata states one, else 96 moved to an accepted size
+    default_roi = tuple(int(r.spec) if isinstance(r.spec, int) else r.fit(DEFAULT_ROI) for r in rules) \
+        or (DEFAULT_ROI,) * dims
     inferer = getattr(pipeline, "inferer", None)
     roi = tuple(int(r) for r in getattr(inferer, "roi_size", None) or default_roi)
     output = str(opts.get("output", "argmax"))
