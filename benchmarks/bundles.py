@@ -122,7 +122,11 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     work = Path(tempfile.mkdtemp(prefix="bcer_bundles_"))
+    import torch
+
     report: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                          "torch_threads": torch.get_num_threads(),
+                                          "command": " ".join(["python", *sys.argv]),
                                           "load_avg_start": os.getloadavg()},
                               "note": "random weights: speed and memory only; labels are not meaningful"}
     try:
