@@ -1,6 +1,7 @@
 """--bundle TOOL=DIR / --model-dir: checked before any case runs, bound into plans by the planner."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,13 @@ def _brain_case(tmp_path: Path):
 
 
 def _bundle(root: Path) -> Path:
-    net = {"_target_": "torch.nn.Conv3d", "in_channels": 4, "out_channels": 3, "kernel_size": 1}
-    return Z.write_bundle(root, Z.brats_inference(net, [32, 32, 24]), Z.brats_metadata())
+    """A bundle folder as resolve_bundles sees it (configs and a model file; nothing is loaded here)."""
+    (root / "configs").mkdir(parents=True)
+    (root / "models").mkdir()
+    (root / "configs" / "inference.json").write_text(json.dumps(Z.brats_inference()))
+    (root / "configs" / "metadata.json").write_text(json.dumps(Z.brats_metadata()))
+    (root / "models" / "model.pt").write_bytes(b"")
+    return root
 
 
 def test_parse_and_resolve(tmp_path: Path) -> None:
