@@ -24,6 +24,7 @@ import ast
 import json
 import logging
 import operator
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -90,7 +91,9 @@ class BundleConfig:
         from monai.bundle import ConfigParser
 
         p = ConfigParser(json.loads(json.dumps(self.inference)))
-        p.read_meta(json.loads(json.dumps(self.meta)))
+        with warnings.catch_warnings():  # published metadata still uses MONAI's old key names
+            warnings.filterwarnings("ignore", message="Detected deprecated name")
+            p.read_meta(json.loads(json.dumps(self.meta)))
         return p
 
 
