@@ -16,8 +16,9 @@ from .contracts import Case, ErrorCode, PlanSketch, TaskContract, ToolError, loa
 log = logging.getLogger(__name__)
 
 
-def load_cases(path: str | Path, layout: str | None = None) -> list[Case]:
-    """Cases of a dataset folder (layout detected or named), or the one case a case folder holds."""
+def load_cases(path: str | Path, layout: str | None = None, seq: dict[str, str] | None = None) -> list[Case]:
+    """Cases of a dataset folder (layout detected or named), or the one case a case folder holds.
+    ``seq`` maps sequence names to file patterns (flat folders) or channels (nnU-Net)."""
     from .datasets import read_dataset
     from .datasets.layouts import detect_layout
 
@@ -25,9 +26,9 @@ def load_cases(path: str | Path, layout: str | None = None) -> list[Case]:
     if not path.exists():
         raise ToolError(ErrorCode.input_missing, f"no such file or folder: {path}", file=str(path))
     try:
-        return read_dataset(path, layout)
+        return read_dataset(path, layout, seq=seq)
     except ToolError as err:
-        if layout is None and path.is_dir() and path.parent != path:
+        if layout is None and not seq and path.is_dir() and path.parent != path:
             try:
                 parent_layout = detect_layout(path.parent)
             except ToolError:
@@ -39,19 +40,26 @@ def load_cases(path: str | Path, layout: str | None = None) -> list[Case]:
         raise
 
 
-def make_planner(plan: str | Path | PlanSketch | None = None, planner: Any = None):
-    """A sketch file/object replays as a StaticPlanner; otherwise the given or default planner."""
+def make_planner(plan: str | Path | PlanSketch | None = None, planner: Any = None,
+                 bundles: dict[str, str] | None = None):
+    """A sketch file/object replays as a StaticPlanner; otherwise the given or default planner.
+    With ``bundles`` ({tool: folder}, resolved) the planner's steps of those tools get their
+    ``bundle_dir``."""
     from .engine.planning import StaticPlanner
 
-    if planner is not None:
-        return planner
-    if isinstance(plan, PlanSketch):
-        return StaticPlanner(plan)
-    if plan is not None:
-        return StaticPlanner.from_file(plan)
-    from .actors.brain import OfflineBrain
+    if planner is None and isinstance(plan, PlanSketch):
+        planner = StaticPlanner(plan)
+    elif planner is None and plan is not None:
+        planner = StaticPlanner.from_file(plan)
+    elif planner is None:
+        from .actors.brain import OfflineBrain
 
-    return OfflineBrain()
+        planner = OfflineBrain()
+    if bundles:
+        from .actors.bundles import BundleBinder
+
+        planner = BundleBinder(planner, bundles)
+    return planner
 
 
 def _contract(task: str | TaskContract | None) -> TaskContract | None:
@@ -73,6 +81,10 @@ class Study:
         address: Ray cluster address (None: RAY_ADDRESS or a local cluster).
         max_in_flight: cases running at once (back-pressure on the object store).
         model_dirs: folders of local model bundles tools may read (besides bcer's own assets).
+        bundles: ``{tool: bundle folder}`` (``--bundle seg.brain_tumor=DIR``); a relative folder
+            is looked up under ``model_dirs``. The planner fills those tools' ``bundle_dir``.
+        seq: ``{sequence: pattern}`` for flat NIfTI folders (``{"T1": "*_t1.nii.gz"}``) or
+            ``{sequence: channel}`` for nnU-Net datasets.
     """
 
     data: str | Path | list[Case]
@@ -87,9 +99,12 @@ class Study:
     seed: int = 0
     limit: int | None = None
     model_dirs: tuple[str, ...] = ()
+    bundles: dict[str, str] | None = None
+    seq: dict[str, str] | None = None
 
     def cases(self) -> list[Case]:
-        cases = list(self.data) if isinstance(self.data, (list, tuple)) else load_cases(self.data, self.layout)
+        cases = (list(self.data) if isinstance(self.data, (list, tuple))
+                 else load_cases(self.data, self.layout, self.seq))
         return cases[: self.limit] if self.limit else cases
 
     def run(self, on_case_done: Callable[[dict], None] | None = None, hooks: Iterable = ()):
@@ -99,29 +114,38 @@ class Study:
         contract = _contract(self.task)
         if contract is None and self.goal is None and self.plan is None:
             raise ToolError(ErrorCode.schema, "a Study needs a task, a goal or a plan")
-        cfg = CohortConfig(out=Path(self.out), planner=make_planner(self.plan, self.planner),
+        from .actors.bundles import bundle_read_roots, resolve_bundles
+
+        bundles = resolve_bundles(self.bundles, self.model_dirs)
+        cfg = CohortConfig(out=Path(self.out), planner=make_planner(self.plan, self.planner, bundles),
                            contract=contract, goal=self.goal, max_in_flight=self.max_in_flight,
-                           address=self.address, seed=self.seed, model_dirs=tuple(map(str, self.model_dirs)))
+                           address=self.address, seed=self.seed,
+                           model_dirs=bundle_read_roots(bundles, self.model_dirs))
         return run_cohort(self.cases(), cfg, on_case_done=on_case_done, hooks=hooks)
 
 
 def run_case(case: Case | str | Path, *, task: str | TaskContract | None = None, goal: str | None = None,
              plan: str | Path | PlanSketch | None = None, out: str | Path = "bcer_out",
-             address: str | None = None, layout: str | None = None) -> dict[str, Any]:
+             address: str | None = None, layout: str | None = None, bundles: dict[str, str] | None = None,
+             model_dirs: tuple[str, ...] = (), seq: dict[str, str] | None = None) -> dict[str, Any]:
     """Run one case; returns its row (status, sr, tcr, deliverables, measurements, error)."""
-    cases = [case] if isinstance(case, Case) else load_cases(case, layout)
+    cases = [case] if isinstance(case, Case) else load_cases(case, layout, seq)
     if len(cases) != 1:
         raise ToolError(ErrorCode.schema, f"{case} holds {len(cases)} cases; use Study for a cohort")
-    result = Study(cases, task=task, goal=goal, plan=plan, out=out, address=address, max_in_flight=1).run()
+    result = Study(cases, task=task, goal=goal, plan=plan, out=out, address=address, max_in_flight=1,
+                   bundles=bundles, model_dirs=model_dirs).run()
     return result.rows[0]
 
 
 def plan_case(case: Case | str | Path, *, task: str | TaskContract | None = None, goal: str | None = None,
-              plan: str | Path | PlanSketch | None = None, layout: str | None = None, planner: Any = None):
+              plan: str | Path | PlanSketch | None = None, layout: str | None = None, planner: Any = None,
+              bundles: dict[str, str] | None = None, model_dirs: tuple[str, ...] = (),
+              seq: dict[str, str] | None = None):
     """Plan and compile without running: returns (sketch, workflow, revisions)."""
+    from .actors.bundles import resolve_bundles
     from .engine.planning import plan_and_compile
 
-    cases = [case] if isinstance(case, Case) else load_cases(case, layout)
+    cases = [case] if isinstance(case, Case) else load_cases(case, layout, seq)
     contract = _contract(task)
-    return plan_and_compile(make_planner(plan, planner), goal or (contract.goal if contract else ""),
-                            cases[0], contract)
+    return plan_and_compile(make_planner(plan, planner, resolve_bundles(bundles, model_dirs)),
+                            goal or (contract.goal if contract else ""), cases[0], contract)

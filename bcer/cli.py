@@ -26,6 +26,28 @@ def _fail(err: Exception) -> None:
     raise typer.Exit(2)
 
 
+_SEQ_HELP = ("map a sequence to files (flat NIfTI folders: T1=*_t1.nii.gz, the case id is what * matches) "
+             "or to a channel (nnU-Net: T2w=0); repeat per sequence")
+_BUNDLE_HELP = "run TOOL with the MONAI bundle in DIR (e.g. seg.brain_tumor=models/brats); repeat per tool"
+_MODEL_DIR_HELP = "read-only folder of model bundles (relative --bundle folders are looked up here); repeatable"
+
+
+def _seq(items: Optional[list[str]]) -> Optional[dict[str, str]]:
+    from .datasets.layouts.flat import parse_mapping
+
+    return parse_mapping(items) if items else None
+
+
+def _bundles(items: Optional[list[str]]) -> Optional[dict[str, str]]:
+    from .actors.bundles import parse_bundle_args
+
+    return parse_bundle_args(items) if items else None
+
+
+def _dirs(items: Optional[list[Path]]) -> tuple[str, ...]:
+    return tuple(str(p) for p in items or ())
+
+
 @app.callback()
 def _main(verbose: bool = typer.Option(False, "--verbose", "-v", help="log at INFO level")) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
@@ -43,13 +65,15 @@ def tools(as_json: bool = typer.Option(False, "--json", help="print ToolSpecs as
         return
     if _narrow(140):  # piped or a small terminal: one block per tool instead of a squeezed table
         for s in specs:
-            console.print(f"[bold]{s.name}[/] [dim]v{s.version}[/] — {s.description}")
-            console.print(f"  in:  " + ", ".join(f"{p.name}: {p.kind.value}{'' if p.required else '?'}" for p in s.inputs))
-            console.print(f"  out: " + ", ".join(f"{p.name}: {p.kind.value}" for p in s.outputs))
+            # soft wrap: a long line is left to the terminal, so no continuation line starts at column 0
+            console.print(f"[bold]{s.name}[/] [dim]v{s.version}[/] — {s.description}", soft_wrap=True)
+            console.print("  in:  " + ", ".join(f"{p.name}: {p.kind.value}{'' if p.required else '?'}"
+                                                for p in s.inputs), soft_wrap=True)
+            console.print("  out: " + ", ".join(f"{p.name}: {p.kind.value}" for p in s.outputs), soft_wrap=True)
             for k, v in s.params_schema.get("properties", {}).items():
                 console.print(f"  param {_param_line(k, v)}", soft_wrap=True)
             console.print(f"  cpu={s.resources.num_cpus:g} gpu={s.resources.num_gpus:g} mem={s.resources.memory_mb}MB "
-                          f"gpu-path={s.gpu} milestone={s.milestone or '-'}")
+                          f"gpu-path={s.gpu} milestone={s.milestone or '-'}", soft_wrap=True)
         console.print(f"{len(specs)} tools")
         return
     t = Table(title=f"{len(specs)} tools", show_lines=True)
@@ -84,12 +108,16 @@ def plan(case: Path = typer.Option(..., "--case", help="case folder (or dataset 
          task: Optional[str] = typer.Option(None, help="task contract id"),
          plan_file: Optional[Path] = typer.Option(None, "--plan", help="plan sketch JSON to compile"),
          layout: Optional[str] = typer.Option(None, help="dataset layout (default: detect)"),
+         seq: Optional[list[str]] = typer.Option(None, "--seq", help=_SEQ_HELP),
+         bundle: Optional[list[str]] = typer.Option(None, "--bundle", help=_BUNDLE_HELP),
+         model_dir: Optional[list[Path]] = typer.Option(None, "--model-dir", help=_MODEL_DIR_HELP),
          as_json: bool = typer.Option(False, "--json", help="print sketch and workflow as one JSON object")) -> None:
     """Print the plan sketch and the compiled DAG without running anything."""
     from .api import plan_case
 
     try:
-        sketch, workflow, revisions = plan_case(case, task=task, goal=goal, plan=plan_file, layout=layout)
+        sketch, workflow, revisions = plan_case(case, task=task, goal=goal, plan=plan_file, layout=layout,
+                                                bundles=_bundles(bundle), model_dirs=_dirs(model_dir), seq=_seq(seq))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     if as_json:
@@ -153,16 +181,20 @@ def run(case: Path = typer.Option(..., "--case", help="case folder"),
         plan_file: Optional[Path] = typer.Option(None, "--plan", help="plan sketch JSON (skips the planner)"),
         out: Path = typer.Option(Path("bcer_out"), help="output folder"),
         address: Optional[str] = typer.Option(None, help="Ray address (default: local cluster)"),
-        layout: Optional[str] = typer.Option(None)) -> None:
+        layout: Optional[str] = typer.Option(None),
+        seq: Optional[list[str]] = typer.Option(None, "--seq", help=_SEQ_HELP),
+        bundle: Optional[list[str]] = typer.Option(None, "--bundle", help=_BUNDLE_HELP),
+        model_dir: Optional[list[Path]] = typer.Option(None, "--model-dir", help=_MODEL_DIR_HELP)) -> None:
     """Run one case."""
     from .api import Study, load_cases
 
     try:
-        cases = load_cases(case, layout)
+        cases = load_cases(case, layout, _seq(seq))
         if len(cases) != 1:
             _fail(ValueError(f"{case} holds {len(cases)} cases; use `bcer cohort`"))
         result = _progress_run(Study(cases, task=task, goal=goal, plan=plan_file, out=out,
-                                     address=address, max_in_flight=1))
+                                     address=address, max_in_flight=1, bundles=_bundles(bundle),
+                                     model_dirs=_dirs(model_dir)))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     row = result.rows[0]
@@ -181,6 +213,9 @@ def cohort(data: Path = typer.Option(..., "--data", help="dataset folder"),
            layout: Optional[str] = typer.Option(None),
            max_in_flight: int = typer.Option(4, help="cases running at once"),
            limit: Optional[int] = typer.Option(None, help="first N cases only"),
+           seq: Optional[list[str]] = typer.Option(None, "--seq", help=_SEQ_HELP),
+           bundle: Optional[list[str]] = typer.Option(None, "--bundle", help=_BUNDLE_HELP),
+           model_dir: Optional[list[Path]] = typer.Option(None, "--model-dir", help=_MODEL_DIR_HELP),
            report: bool = typer.Option(True, "--report/--no-report", help="write the HTML pages (OUT/report)"),
            as_json: bool = typer.Option(False, "--json", help="print the summary and rows as JSON")) -> None:
     """Run many cases; a failing case becomes a row, the others finish; reruns skip _DONE cases."""
@@ -188,7 +223,8 @@ def cohort(data: Path = typer.Option(..., "--data", help="dataset folder"),
 
     try:
         result = _progress_run(Study(data, task=task, goal=goal, plan=plan_file, out=out, layout=layout,
-                                     address=address, max_in_flight=max_in_flight, limit=limit))
+                                     address=address, max_in_flight=max_in_flight, limit=limit,
+                                     bundles=_bundles(bundle), model_dirs=_dirs(model_dir), seq=_seq(seq)))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     if as_json:
@@ -239,6 +275,8 @@ def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
           size: str = typer.Option("small", help="phantom size: small | full"),
           data: Optional[Path] = typer.Option(None, help="read cases from this folder instead of synthesising"),
           seed: int = typer.Option(0), max_in_flight: int = typer.Option(2, help="cases in flight per task"),
+          bundle: Optional[list[str]] = typer.Option(None, "--bundle", help=_BUNDLE_HELP),
+          model_dir: Optional[list[Path]] = typer.Option(None, "--model-dir", help=_MODEL_DIR_HELP),
           report: bool = typer.Option(True, "--report/--no-report", help="write the HTML pages (OUT/report)"),
           as_json: bool = typer.Option(False, "--json", help="print the per-task summary as JSON")) -> None:
     """Task-contract benchmark: SR/TCR per task with quality against ground truth beside it."""
@@ -246,11 +284,13 @@ def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
 
     try:
         ids = resolve_tasks(tasks)
+        bundles = _bundles(bundle)
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console) as bar:
             job = bar.add_task("cases", total=len(ids) * cases)
             result = run_bench(ids, cases, out, address=address, size=size, data=data, seed=seed,
-                               max_in_flight=max_in_flight, on_case_done=lambda row: bar.advance(job))
+                               max_in_flight=max_in_flight, on_case_done=lambda row: bar.advance(job),
+                               bundles=bundles, model_dirs=_dirs(model_dir))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     if as_json:
@@ -297,7 +337,7 @@ def demo(out: Path = typer.Option(Path("demo_out"), help="output folder"),
     console.print(f"[bold]bcer demo[/]: {cases} synthetic case(s) per task, offline planner, "
                   f"{'cluster ' + address if address else 'local Ray'}; outputs in {out}")
     bench(tasks="all", cases=cases, out=out, address=address, size="small", data=None, seed=0,
-          max_in_flight=2, report=True, as_json=False)
+          max_in_flight=2, bundle=None, model_dir=None, report=True, as_json=False)
     console.print(f"inspect a case: [bold]bcer trace {out}/runs/<task>/<case>[/]  ·  tables: {out}/runs/<task>/cohort.parquet")
 
 
@@ -364,12 +404,13 @@ def data_synth(domain: str = typer.Option(..., help="brain | cardiac | prostate"
 
 @data_app.command("inspect")
 def data_inspect(root: Path = typer.Argument(...), layout: Optional[str] = typer.Option(None),
-                 as_json: bool = typer.Option(False, "--json")) -> None:
+                 as_json: bool = typer.Option(False, "--json"),
+                 seq: Optional[list[str]] = typer.Option(None, "--seq", help=_SEQ_HELP)) -> None:
     """Cases, sequences, shapes, spacings, metadata and available ground truth of a dataset."""
     from .datasets.synth import inspect_dataset
 
     try:
-        info = inspect_dataset(root, layout)
+        info = inspect_dataset(root, layout, _seq(seq))
     except ToolError as e:
         _fail(e)
     if as_json:

@@ -79,13 +79,16 @@ def _read_cases(root: Path) -> list[Case]:
 
 
 def _run_task(task: str, cases: list[Case], out: Path, address: str | None, seed: int,
-              max_in_flight: int, on_case_done: Callable[[dict], None] | None) -> dict[str, Any]:
+              max_in_flight: int, on_case_done: Callable[[dict], None] | None,
+              bundles: dict[str, str] | None = None, read_roots: tuple[str, ...] = ()) -> dict[str, Any]:
     from ..actors.brain import OfflineBrain
+    from ..actors.bundles import BundleBinder
     from ..engine.cohort import CohortConfig, run_cohort
 
     contract = load_contract(task)
-    cfg = CohortConfig(out=out / "runs" / task, planner=OfflineBrain(), contract=contract,
-                       max_in_flight=max_in_flight, address=address, seed=seed)
+    planner = BundleBinder(OfflineBrain(), bundles) if bundles else OfflineBrain()
+    cfg = CohortConfig(out=out / "runs" / task, planner=planner, contract=contract,
+                       max_in_flight=max_in_flight, address=address, seed=seed, model_dirs=read_roots)
     t0 = time.time()
     result = run_cohort(cases, cfg, on_case_done=on_case_done)
     by_id = {c.id: c for c in cases}
@@ -106,7 +109,8 @@ def _run_task(task: str, cases: list[Case], out: Path, address: str | None, seed
 
 
 def run_task_cases(cases: dict[str, list[Case]], out: str | Path, address: str | None = None, seed: int = 0,
-                   max_in_flight: int = 2, on_case_done: Callable[[dict], None] | None = None
+                   max_in_flight: int = 2, on_case_done: Callable[[dict], None] | None = None,
+                   bundles: dict[str, str] | None = None, read_roots: tuple[str, ...] = ()
                    ) -> list[dict[str, Any]]:
     """Run every task's cases on Ray, one cohort per task, all tasks concurrently.
 
@@ -118,8 +122,8 @@ def run_task_cases(cases: dict[str, list[Case]], out: str | Path, address: str |
 
     resolve_registry()  # import every tool module once, before the task threads plan concurrently
     with ThreadPoolExecutor(max_workers=max(1, len(cases)), thread_name_prefix="bcer-bench") as pool:
-        futures = [pool.submit(_run_task, t, cs, Path(out), address, seed, max_in_flight, on_case_done)
-                   for t, cs in cases.items()]
+        futures = [pool.submit(_run_task, t, cs, Path(out), address, seed, max_in_flight, on_case_done,
+                               bundles, read_roots) for t, cs in cases.items()]
         return [f.result() for f in futures]
 
 
@@ -164,7 +168,8 @@ def task_summary(contract: TaskContract, rows: list[dict[str, Any]], wall_s: flo
 def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | Path = "bench_out",
               address: str | None = None, size: str = "small", data: str | Path | None = None,
               seed: int = 0, max_in_flight: int = 2,
-              on_case_done: Callable[[dict], None] | None = None) -> dict[str, Any]:
+              on_case_done: Callable[[dict], None] | None = None,
+              bundles: dict[str, str] | None = None, model_dirs: Iterable[str] = ()) -> dict[str, Any]:
     """Run the benchmark and write ``OUT/bench.json``.
 
     Args:
@@ -177,13 +182,19 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
         seed: phantom seed.
         max_in_flight: cases of one task in flight at once (all tasks run concurrently).
         on_case_done: called with each finished cohort row (progress display).
+        bundles: ``{tool: bundle folder}`` the planner binds as ``bundle_dir`` (relative
+            folders are looked up under ``model_dirs``).
+        model_dirs: read-only folders of local model bundles.
 
     Returns:
         ``{"config", "tasks": {id: summary}, "cases": [rows], "total_wall_s", "synth_s"}``.
     """
+    from ..actors.bundles import bundle_read_roots, resolve_bundles
     from ..engine.cluster import ensure_ray
 
     ids = resolve_tasks(tasks)
+    model_dirs = [str(d) for d in model_dirs]
+    bundles = resolve_bundles(bundles, model_dirs)
     if size not in ("small", "full"):
         raise ToolError(ErrorCode.value_range, f"size must be small or full, got {size!r}", arg="size")
     for t in ids:
@@ -196,13 +207,14 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
     synth_s = time.time() - t0
     resources = ensure_ray(address)
     t1 = time.time()
-    results = run_task_cases(cases, out, address, seed, max_in_flight, on_case_done)
+    results = run_task_cases(cases, out, address, seed, max_in_flight, on_case_done, bundles,
+                             bundle_read_roots(bundles, model_dirs))
     run_s = time.time() - t1
     summary = {r["task"]: task_summary(load_contract(r["task"]), r["rows"], r["wall_s"]) for r in results}
     report = {
         "config": {"tasks": ids, "n_cases": n_cases, "size": size if data is None else None,
                    "data": str(data) if data else None, "seed": seed, "planner": "offline",
-                   "max_in_flight_per_task": max_in_flight, "cluster": resources},
+                   "max_in_flight_per_task": max_in_flight, "cluster": resources, "bundles": bundles},
         "tasks": summary, "cases": [row for r in results for row in r["rows"]],
         "synth_s": round(synth_s, 2), "run_s": round(run_s, 2), "total_wall_s": round(time.time() - t0, 2),
     }

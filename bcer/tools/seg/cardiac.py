@@ -221,7 +221,7 @@ def _classical(cine: Cine, p: CardiacParams) -> tuple[np.ndarray, dict[str, Any]
     return labels, meta
 
 
-@tool("seg.cardiac", version="1.1", milestone="segmentation",
+@tool("seg.cardiac", version="1.2", milestone="segmentation",
       resources={"num_cpus": 1, "memory_mb": 2048}, gpu="optional", output="labels")
 def cardiac(cine: Cine, params: CardiacParams, device: str = "cpu") -> Mask:
     """RV/MYO/LV labels (1/2/3) on every frame of a short-axis cine.
@@ -244,8 +244,10 @@ def cardiac(cine: Cine, params: CardiacParams, device: str = "cpu") -> Mask:
 
         # frames become extra slices: a 2-D bundle sees Z*T slices in one batch
         flat = np.asarray(data, np.float32).reshape(1, x, y, z * t)
-        labels, meta = run_bundle(p, flat, cine.spacing, device, params.roi_size,
-                                  params.sw_batch_size, params.overlap)
+        from .bundle_labels import CARDIAC_TARGETS
+
+        labels, meta = run_bundle(p, flat, cine.spacing, device, params.roi_size, params.sw_batch_size,
+                                  params.overlap, affine=cine.affine, targets=CARDIAC_TARGETS)
         labels = labels.reshape(x, y, z, t)
     else:
         labels, meta = _classical(cine, params)
