@@ -81,8 +81,11 @@ def _run_task(task: str, cases: list[Case], out: Path, address: str | None, seed
     from ..engine.cohort import CohortConfig, run_cohort
 
     contract = load_contract(task)
+    from ..api import report_reviewer
+
     cfg = CohortConfig(out=out / "runs" / task, planner=OfflineBrain(), contract=contract,
-                       max_in_flight=max_in_flight, address=address, seed=seed)
+                       max_in_flight=max_in_flight, address=address, seed=seed,
+                       reviewer=report_reviewer(contract))  # report tasks run the R4 loop (no memory)
     t0 = time.time()
     result = run_cohort(cases, cfg, on_case_done=on_case_done)
     by_id = {c.id: c for c in cases}
