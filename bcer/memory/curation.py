@@ -1,8 +1,9 @@
 """What the memory accepts: only verified reports, near-duplicates merged, per-task caps.
 
 A report is *verified* when its case passed its contract and the R4 Reflector left no
-material issue in it. A candidate whose embedding is within ``dup_cosine`` of an existing
-exemplar of the same task merges into it (its support count grows, the case is listed), so
+material issue in it. A candidate of the same task and the same structure (profile, label, each
+lesion's or compartment's side, zone and category) whose embedding is within ``dup_cosine``
+of an existing exemplar merges into it (its support count grows, the case is listed), so
 a cohort of near-identical normal studies does not flood retrieval with copies. When a task
 holds ``per_task_cap`` exemplars new ones are refused (kept records stay stable, so retrieval
 stays reproducible; merging still counts support).

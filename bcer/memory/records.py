@@ -32,6 +32,9 @@ class Exemplar:
         tags: anything else searchable (domain, negations, sides, zones, ...).
         case / run: where it came from; evidence_digest / report_digest: sha256 of both.
         support: how many verified cases this exemplar stands for (near-duplicates merge in).
+        structure: what must be equal for two reports to be duplicates at all (profile, label,
+            each lesion's or compartment's side/zone/category); cosine alone cannot tell a
+            left from a right lesion in a templated summary.
     """
 
     task: str
@@ -49,6 +52,7 @@ class Exemplar:
     created: float = field(default_factory=time.time)
     support: int = 1
     merged_cases: list[str] = field(default_factory=list)
+    structure: str = ""
     id: str = ""
 
     def __post_init__(self) -> None:
@@ -86,7 +90,8 @@ def write_sidecar(records: list[tuple[Exemplar, int]], path: Path) -> Path:
                         ("report_text", pa.string()), ("plan", pa.string()), ("label", pa.string()),
                         ("tags", pa.string()), ("case", pa.string()), ("run", pa.string()),
                         ("evidence_digest", pa.string()), ("report_digest", pa.string()),
-                        ("created", pa.float64()), ("support", pa.int64()), ("merged_cases", pa.string())])
+                        ("created", pa.float64()), ("support", pa.int64()), ("merged_cases", pa.string()),
+                        ("structure", pa.string())])
     table = pa.Table.from_pylist(rows, schema=schema)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     pq.write_table(table, tmp)

@@ -281,9 +281,12 @@ class ExemplarMemory:
             if rec.id in self._records:
                 near_id, near = rec.id, 1.0
             elif shard is not None and shard.index.ntotal:
-                scores, pos = shard.index.search(vec.reshape(1, -1), 1)
-                if pos[0, 0] >= 0:
-                    near_id, near = shard.ids[int(pos[0, 0])], float(scores[0, 0])
+                # the nearest exemplar of the same structure (a duplicate must agree on it)
+                scores, pos = shard.index.search(vec.reshape(1, -1), 8)
+                for sc, p in zip(scores[0], pos[0]):
+                    if p >= 0 and self._records[shard.ids[int(p)]].structure == rec.structure:
+                        near_id, near = shard.ids[int(p)], float(sc)
+                        break
             d = decide(self.policy, verified=verified, material_issues=material_issues,
                        task_size=len(shard.ids) if shard else 0, nearest_id=near_id, nearest_cosine=near)
             if d.action == "add":

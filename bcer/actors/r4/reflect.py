@@ -212,11 +212,13 @@ def concept_sentence(ev: Evidence, key: str) -> str:
     return ""
 
 
-def _concepts(st: _Sentence) -> None:
-    ev, s = st.ev, st.s
+def concept_mentions(s: str, domain: str) -> list[tuple[str, bool, re.Match, tuple[int, int] | None, str]]:
+    """(concept, claims present, keyword match, chamber span, chamber side) of each concept
+    mention of a sentence (a negation cue within the clause, up to 6 words before, or an
+    antonym such as "preserved" or "normal-sized", makes it a claim of absence)."""
     masked = _masked(s, [m.span() for m in CODE.finditer(s)])
-    for key in DOMAIN_CONCEPTS.get(ev.domain, ()):
-        concept = ev.concepts.get(key)
+    out = []
+    for key in DOMAIN_CONCEPTS.get(domain, ()):
         pat, antonym, chamber = CONCEPTS[key]
         hits = [(m, False) for m in pat.finditer(masked)] + [(m, True) for m in (antonym.finditer(masked) if antonym else [])]
         for m, is_antonym in hits:
@@ -224,30 +226,39 @@ def _concepts(st: _Sentence) -> None:
             side, cspan = _chamber_near(masked, m.start(), m.end(), lo, hi)
             if chamber and (side or "left") != chamber:
                 continue
-            st.grounded = True
-            if concept is None:
-                continue
-            window = masked[lo:m.start()]
-            words = window.split()
+            words = masked[lo:m.start()].split()
             cue = NEGATION.search(" ".join(words[-_NEG_WINDOW_WORDS:]))
-            claims_present = not (is_antonym or cue)
-            if claims_present == concept.present:
-                continue
-            other = next((k for k in DOMAIN_CONCEPTS[ev.domain] if k != key and CONCEPTS[k][0] is pat), None)
-            if chamber and cspan and other and ev.concepts.get(other) and ev.concepts[other].present == claims_present:
-                st.add("laterality", cspan, f"{key.split()[0]} vs {other.split()[0]}: the draft puts the finding on "
-                       f"the wrong side", Fix(op="replace", text=with_side(s[cspan[0]:cspan[1]], chamber)),
-                       entity=key, ids=concept.evidence, found=side, expected=chamber)
-            else:
-                good = concept_sentence(ev, key)
-                st.add("negation", m.span(), f"{key} is {'present' if concept.present else 'absent'}, the draft "
-                       f"{'asserts' if claims_present else 'negates'} it",
-                       Fix(op="replace_sentence", text=good) if good else Fix(op="delete_sentence"),
-                       entity=key, ids=concept.evidence, found=claims_present, expected=concept.present)
+            out.append((key, not (is_antonym or cue), m, cspan, side))
             break
+    return out
 
 
-def _sentence_issues(section: str, idx: int, text: str, ev: Evidence, decimals: int) -> list[Issue]:
+def _concepts(st: _Sentence, stated_elsewhere: set[tuple[str, bool]]) -> None:
+    ev, s = st.ev, st.s
+    for key, claims_present, m, cspan, side in concept_mentions(s, ev.domain):
+        st.grounded = True
+        concept = ev.concepts.get(key)
+        pat, _, chamber = CONCEPTS[key]
+        if concept is None or claims_present == concept.present:
+            continue
+        other = next((k for k in DOMAIN_CONCEPTS[ev.domain] if k != key and CONCEPTS[k][0] is pat), None)
+        # "the right ventricle is dilated" when only the left one is: the finding put on the wrong
+        # side, unless the draft states the left one's dilatation elsewhere (then it is a negation error)
+        if (claims_present and chamber and cspan and other and ev.concepts.get(other)
+                and ev.concepts[other].present and (other, True) not in stated_elsewhere):
+            st.add("laterality", cspan, f"{key.split()[0]} vs {other.split()[0]}: the draft puts the finding on "
+                   f"the wrong side", Fix(op="replace", text=with_side(s[cspan[0]:cspan[1]], CONCEPTS[other][2])),
+                   entity=key, ids=concept.evidence, found=side, expected=CONCEPTS[other][2])
+        else:
+            good = concept_sentence(ev, key)
+            st.add("negation", m.span(), f"{key} is {'present' if concept.present else 'absent'}, the draft "
+                   f"{'asserts' if claims_present else 'negates'} it",
+                   Fix(op="replace_sentence", text=good) if good else Fix(op="delete_sentence"),
+                   entity=key, ids=concept.evidence, found=claims_present, expected=concept.present)
+
+
+def _sentence_issues(section: str, idx: int, text: str, ev: Evidence, decimals: int,
+                     stated_elsewhere: set[tuple[str, bool]] = frozenset()) -> list[Issue]:
     st = _Sentence(section, idx, text, ev)
     taken = _numbers(st, decimals)
     _unlinked(st, taken)
@@ -255,7 +266,7 @@ def _sentence_issues(section: str, idx: int, text: str, ev: Evidence, decimals: 
     _sides(st)
     _zones(st)
     _categories(st)
-    _concepts(st)
+    _concepts(st, set(stated_elsewhere))
     if SUBJECTS.get(ev.domain) is not None and SUBJECTS[ev.domain].search(text):
         st.grounded = True
     if not st.grounded:
@@ -277,6 +288,14 @@ def _label_mentioned(text: str, ev: Evidence) -> bool:
     return bool(pat and pat.search(text))
 
 
+def _any_label(text: str, ev: Evidence) -> bool:
+    if ev.label.startswith("PI-RADS"):
+        return bool(PIRADS.search(text))
+    if ev.label in ("HGG", "LGG"):
+        return bool(GRADE.search(text))
+    return bool(ACDC_CODE.search(text)) or any(p.search(text) for p in ACDC_PHRASE.values())
+
+
 def _missing(draft: Draft, ev: Evidence, decimals: int) -> list[Issue]:
     prose = "\n".join(draft.findings + draft.impression)
     cited = set(re.findall(r"`\[([^`]+?)\]`", prose))
@@ -291,7 +310,8 @@ def _missing(draft: Draft, ev: Evidence, decimals: int) -> list[Issue]:
                             expected=[ev.facts[i].key for i in ids],
                             message=f"{entity}: {', '.join(ev.facts[i].key for i in ids)} not reported",
                             fix=Fix(op="insert", sentences=sentences) if sentences else Fix(op="none")))
-    if not _label_mentioned("\n".join(draft.impression), ev):
+    impression = "\n".join(draft.impression)
+    if not _label_mentioned(impression, ev) and not _any_label(impression, ev):  # a wrong label is a contradiction
         sentences = [x for slot in default_plan(ev) if slot.endswith("impression")
                      for x in slot_sentences(ev, slot, decimals) if _label_mentioned(x, ev)]
         issues.append(Issue(type="missing", section="impression", entity="label", evidence_ids=[ev.label_id],
@@ -338,8 +358,11 @@ def _boxes(draft: Draft, ev: Evidence) -> list[Issue]:
 def reflect(draft: Draft, ev: Evidence, decimals: int = 1) -> list[Issue]:
     """Every issue of ``draft`` against ``ev``, deduplicated (one issue per type and span)."""
     issues: list[Issue] = []
-    for section, idx, text in draft.sentences():
-        issues += _sentence_issues(section, idx, text, ev, decimals)
+    sentences = draft.sentences()
+    claims = [{(k, p) for k, p, *_ in concept_mentions(t, ev.domain)} for _, _, t in sentences]
+    for n, (section, idx, text) in enumerate(sentences):
+        elsewhere = set().union(*(c for j, c in enumerate(claims) if j != n)) if len(claims) > 1 else set()
+        issues += _sentence_issues(section, idx, text, ev, decimals, elsewhere)
     issues += _missing(draft, ev, decimals)
     issues += _boxes(draft, ev)
     seen, out = set(), []
@@ -350,4 +373,4 @@ def reflect(draft: Draft, ev: Evidence, decimals: int = 1) -> list[Issue]:
     return out
 
 
-__all__ = ["BOX_IOU_MIN", "concept_sentence", "reflect"]
+__all__ = ["BOX_IOU_MIN", "concept_mentions", "concept_sentence", "reflect"]

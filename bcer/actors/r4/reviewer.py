@@ -32,6 +32,14 @@ def prose_text(structured: dict[str, Any]) -> str:
             + "\n".join(f"- {s}" for s in structured.get("impression", [])))
 
 
+def structure_key(structured: dict[str, Any]) -> str:
+    """Profile, label and each lesion's side/zone/category (brain: the tumour side)."""
+    parts = [structured.get("profile", ""), structured.get("label", "")]
+    parts += [f"{x.get('id')}:{x.get('side')}:{x.get('zone')}:{x.get('category')}" for x in structured.get("lesions", [])]
+    parts += [f"side:{structured.get('side')}"] if structured.get("side") else []
+    return "|".join(str(p) for p in parts)
+
+
 def _seed(report: Report) -> Draft | None:
     s = report.structured or {}
     if not s.get("findings") and not s.get("impression"):
@@ -92,7 +100,7 @@ class R4Reviewer:
                                                                   "impression": s.get("impression", [])},
                              "lesions": [{k: x.get(k) for k in ("id", "side", "zone", "category")}
                                          for x in s.get("lesions", [])], "source": s.get("source")},
-                       case=request.case_id, run=request.run_id,
+                       structure=structure_key(s), case=request.case_id, run=request.run_id,
                        evidence_digest=request.report.meta.get("evidence_digest", ""))
         return self.memory.add(rec.to_dict(), request.verified, int(r4["material_issues"]))
 

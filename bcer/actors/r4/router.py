@@ -30,13 +30,13 @@ class Route:
 
 def route(ev: Evidence, task: str, *, history: str = "", has_llm: bool = False, k: int = 3,
           retrieve_k: int = 3) -> Route:
-    """No finding: one draft (nothing to choose between), exemplars of the same profile.
-    Multifocal and borderline: the same profile too (report structure depends on it: every
-    lesion described; the threshold stated), and all k drafts. Single: any exemplar of the task."""
+    """No finding: one draft (nothing to choose between). Retrieval is scoped to exemplars of
+    the same task and profile (report structure depends on it: every lesion described, the
+    threshold stated); the Retriever widens to the whole task when that gives fewer than k."""
     profile = ev.profile()
     spec = SPECIALISATION.get(ev.domain, "general")
     k_eff = 1 if profile == "no_finding" else k
-    scope = {"task": task, "profile": profile if profile in ("no_finding", "multifocal", "borderline") else None}
+    scope = {"task": task, "profile": profile}  # same profile first; the Retriever widens to the task if short
     why = f"{spec}: {profile}" + (f"; history given ({len(history)} chars)" if history else "")
     return Route(task, spec, profile, "llm" if has_llm else "template", k_eff, retrieve_k, scope, why)
 

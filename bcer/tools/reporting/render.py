@@ -122,7 +122,7 @@ def render_report(ev: Evidence, draft: Draft, title: str = "", decimals: int = 1
     structured = {"title": title, "domain": ev.domain, "findings": list(draft.findings),
                   "impression": list(draft.impression), "label": ev.label, "label_evidence": ev.label_id,
                   "boxes": [b.model_dump() for b in draft.boxes], "plan": list(draft.plan), "source": draft.source,
-                  "profile": ev.profile(), "sections": sections,
+                  "profile": ev.profile(), "sections": sections, "side": ev.side if ev.domain == "brain" else "",
                   "lesions": [{"id": e.id, "side": e.side, "zone": e.zone, "category": e.category,
                                "box_voxel": e.box_voxel, "box_world": e.box_world} for e in ev.lesions()],
                   **(meta or {})}
