@@ -14,6 +14,7 @@ import functools
 import hashlib
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +34,18 @@ class MemoryService:
         self._kw = {"threads": threads, "checkpoint_every": checkpoint_every}
         self._mem: ExemplarMemory | None = None
         self._embedder = None
+        self._open_lock = threading.Lock()  # a threaded actor: two first calls must not both open it
 
     @property
     def mem(self) -> ExemplarMemory:
         """The open memory; reopened after ``close`` (a later cohort reuses the named actor, and
         the writer lock is held only while a cohort works)."""
-        if self._mem is None:
-            root, embedder, policy = self._args
-            self._mem = ExemplarMemory(root, self._embedder or embedder, policy, **self._kw)
-            self._embedder = self._mem.embedder  # keep the loaded model across reopenings
-        return self._mem
+        with self._open_lock:
+            if self._mem is None:
+                root, embedder, policy = self._args
+                self._mem = ExemplarMemory(root, self._embedder or embedder, policy, **self._kw)
+                self._embedder = self._mem.embedder  # keep the loaded model across reopenings
+            return self._mem
 
     @mem.setter
     def mem(self, value: ExemplarMemory) -> None:
@@ -71,9 +74,10 @@ class MemoryService:
         self.mem.checkpoint()
 
     def close(self) -> None:
-        if self._mem is not None:
-            self._mem.close()
-            self._mem = None
+        with self._open_lock:
+            if self._mem is not None:
+                self._mem.close()
+                self._mem = None
 
     def pid(self) -> int:
         return os.getpid()
@@ -106,7 +110,7 @@ class MemoryClient:
     def __init__(self, target: Any, timeout_s: float = CALL_TIMEOUT_S):
         if isinstance(target, ExemplarMemory):
             svc = MemoryService.__new__(MemoryService)
-            svc._embedder = target.embedder
+            svc._embedder, svc._open_lock = target.embedder, threading.Lock()
             svc.mem = target
             target = svc
         self.target, self.timeout_s = target, timeout_s
