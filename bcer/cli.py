@@ -126,12 +126,13 @@ def run(case: Path = typer.Option(..., "--case", help="case folder"),
     """Run one case."""
     from .api import Study, load_cases
 
+    r4_on = _r4_flag(r4)
     try:
         cases = load_cases(case, layout)
         if len(cases) != 1:
             _fail(ValueError(f"{case} holds {len(cases)} cases; use `bcer cohort`"))
         result = _progress_run(Study(cases, task=task, goal=goal, plan=plan_file, out=out,
-                                     address=address, max_in_flight=1, r4=_r4_flag(r4), memory=memory))
+                                     address=address, max_in_flight=1, r4=r4_on, memory=memory))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     row = result.rows[0]
@@ -154,10 +155,11 @@ def cohort(data: Path = typer.Option(..., "--data", help="dataset folder"),
     """Run many cases; a failing case becomes a row, the others finish; reruns skip _DONE cases."""
     from .api import Study
 
+    r4_on = _r4_flag(r4)
     try:
         result = _progress_run(Study(data, task=task, goal=goal, plan=plan_file, out=out, layout=layout,
                                      address=address, max_in_flight=max_in_flight, limit=limit,
-                                     r4=_r4_flag(r4), memory=memory))
+                                     r4=r4_on, memory=memory))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     _print_summary(result)
