@@ -174,16 +174,18 @@ def _categories(st: _Sentence) -> None:
             st.add("contradiction", m.span(), f"the grade is {ev.label}, the draft says {m.group(0)!r}",
                    Fix(op="replace", text=text), ids=[ev.label_id], found=found, expected=ev.label)
     if ev.domain == "cardiac":
+        good = next((x for x in slot_sentences(ev, "cardiac.impression") if "`" + ev.label + "`" in x), "")
         for m in ACDC_CODE.finditer(s):
             st.grounded = True
-            if m.group(1) != ev.label:
+            if m.group(1) != ev.label:  # the label sentence states the group in words too: restate it whole
+                phrase = any(p.search(s) for p in ACDC_PHRASE.values())
                 st.add("contradiction", m.span(1), f"the ACDC group is {ev.label}, the draft says {m.group(1)}",
-                       Fix(op="replace", text=ev.label), ids=[ev.label_id], found=m.group(1), expected=ev.label)
+                       Fix(op="replace_sentence", text=good) if phrase and good else Fix(op="replace", text=ev.label),
+                       ids=[ev.label_id], found=m.group(1), expected=ev.label)
         if not ACDC_CODE.search(s):
             for label, pat in ACDC_PHRASE.items():
                 m = pat.search(s)
                 if m and label != ev.label:
-                    good = next((x for x in slot_sentences(ev, "cardiac.impression") if "`" + ev.label + "`" in x), "")
                     st.add("contradiction", m.span(), f"the ACDC group is {ev.label}, the draft says {m.group(0)!r}",
                            Fix(op="replace_sentence", text=good) if good else Fix(op="delete_sentence"),
                            ids=[ev.label_id], found=label, expected=ev.label)
@@ -199,47 +201,71 @@ def _chamber_near(s: str, a: int, b: int, lo: int, hi: int) -> tuple[str, tuple[
     return best, span
 
 
-def concept_sentence(ev: Evidence, key: str) -> str:
-    """The template sentence that states concept ``key`` (with its evidence polarity)."""
-    pat, _, chamber = CONCEPTS[key]
+def _words(s: str) -> set[str]:
+    return set(re.findall(r"[a-z]+", CODE.sub(" ", s).lower()))
+
+
+def concept_sentence(ev: Evidence, key: str, like: str = "") -> str:
+    """The template sentence that states concept ``key`` with its evidence polarity; of several,
+    the one sharing most words with ``like`` (the sentence it replaces)."""
+    best, score = "", -1.0
     for slot in default_plan(ev):
         for sent in slot_sentences(ev, slot):
-            for m in pat.finditer(sent):
-                lo, hi = _clause(sent, m.start())
-                side, _ = _chamber_near(sent, m.start(), m.end(), lo, hi)
-                if not chamber or (side or "left") == chamber:
-                    return sent
-    return ""
+            if any(k == key and not wrong for k, _, _, _, _, wrong in concept_mentions(sent, ev.domain)):
+                a, b = _words(sent), _words(like)
+                sim = len(a & b) / max(len(a | b), 1)
+                if sim > score:
+                    best, score = sent, sim
+    return best
 
 
-def concept_mentions(s: str, domain: str) -> list[tuple[str, bool, re.Match, tuple[int, int] | None, str]]:
-    """(concept, claims present, keyword match, chamber span, chamber side) of each concept
-    mention of a sentence (a negation cue within the clause, up to 6 words before, or an
-    antonym such as "preserved" or "normal-sized", makes it a claim of absence)."""
-    masked = _masked(s, [m.span() for m in CODE.finditer(s)])
+def concept_mentions(s: str, domain: str) -> list[tuple]:
+    """(concept, claims present, keyword match, chamber span, chamber side, wrong side) of each
+    concept mention of a sentence. A negation cue within the clause, up to 6 words before, or
+    an antonym ("preserved", "normal-sized") makes it a claim of absence. Label phrases
+    ("dilated cardiomyopathy") are not findings. ``wrong side``: a chamber finding stated for
+    a chamber that has no such concept (right ventricular hypertrophy)."""
+    masked = _masked(s, [m.span() for m in CODE.finditer(s)]
+                     + [m.span() for p in (ACDC_PHRASE.values() if domain == "cardiac" else ()) for m in p.finditer(s)])
     out = []
-    for key in DOMAIN_CONCEPTS.get(domain, ()):
+    keys = DOMAIN_CONCEPTS.get(domain, ())
+    for key in keys:
         pat, antonym, chamber = CONCEPTS[key]
+        sides = {CONCEPTS[k][2] for k in keys if CONCEPTS[k][0] is pat}
         hits = [(m, False) for m in pat.finditer(masked)] + [(m, True) for m in (antonym.finditer(masked) if antonym else [])]
         for m, is_antonym in hits:
             lo, hi = _clause(masked, m.start())
             side, cspan = _chamber_near(masked, m.start(), m.end(), lo, hi)
+            wrong = False
             if chamber and (side or "left") != chamber:
-                continue
+                if (side or "left") in sides:
+                    continue  # the other chamber's own concept handles it
+                wrong = True
             words = masked[lo:m.start()].split()
             cue = NEGATION.search(" ".join(words[-_NEG_WINDOW_WORDS:]))
-            out.append((key, not (is_antonym or cue), m, cspan, side))
+            out.append((key, not (is_antonym or cue), m, cspan, side, wrong))
             break
     return out
 
 
 def _concepts(st: _Sentence, stated_elsewhere: set[tuple[str, bool]]) -> None:
     ev, s = st.ev, st.s
-    for key, claims_present, m, cspan, side in concept_mentions(s, ev.domain):
+    for key, claims_present, m, cspan, side, wrong_side in concept_mentions(s, ev.domain):
         st.grounded = True
         concept = ev.concepts.get(key)
         pat, _, chamber = CONCEPTS[key]
-        if concept is None or claims_present == concept.present:
+        if concept is None:
+            continue
+        if wrong_side:  # e.g. "right ventricular hypertrophy": only the left ventricle has that concept
+            if claims_present and concept.present and cspan:
+                st.add("laterality", cspan, f"{key} is on the {chamber} side, the draft says {s[cspan[0]:cspan[1]]!r}",
+                       Fix(op="replace", text=with_side(s[cspan[0]:cspan[1]], chamber)), entity=key,
+                       ids=concept.evidence, found=side, expected=chamber)
+            elif claims_present:
+                st.add("unsupported", m.span(), f"{key.split(' ', 1)[-1]} of the {side} ventricle is not assessed",
+                       Fix(op="delete_sentence"), entity=key, found=side)
+            continue
+        if claims_present == concept.present:
             continue
         other = next((k for k in DOMAIN_CONCEPTS[ev.domain] if k != key and CONCEPTS[k][0] is pat), None)
         # "the right ventricle is dilated" when only the left one is: the finding put on the wrong
@@ -250,7 +276,7 @@ def _concepts(st: _Sentence, stated_elsewhere: set[tuple[str, bool]]) -> None:
                    f"the wrong side", Fix(op="replace", text=with_side(s[cspan[0]:cspan[1]], CONCEPTS[other][2])),
                    entity=key, ids=concept.evidence, found=side, expected=CONCEPTS[other][2])
         else:
-            good = concept_sentence(ev, key)
+            good = concept_sentence(ev, key, s)
             st.add("negation", m.span(), f"{key} is {'present' if concept.present else 'absent'}, the draft "
                    f"{'asserts' if claims_present else 'negates'} it",
                    Fix(op="replace_sentence", text=good) if good else Fix(op="delete_sentence"),
@@ -280,8 +306,9 @@ def _label_mentioned(text: str, ev: Evidence) -> bool:
         return True
     if f"`{ev.label}`" in text:
         return True
-    if ev.label.startswith("PI-RADS"):
-        return any(int(m.group(1)) == int(ev.label.split()[-1]) for m in PIRADS.finditer(text))
+    if ev.label.startswith("PI-RADS"):  # the overall category, not a lesion's (a sentence without a lesion id)
+        return any(int(m.group(1)) == int(ev.label.split()[-1]) for line in text.split("\n")
+                   if not LESION_ID.search(line) for m in PIRADS.finditer(line))
     if ev.label in ("HGG", "LGG"):
         return any((m.group(1) or f"{m.group(2)[0]}GG").upper() == ev.label for m in GRADE.finditer(text))
     pat = ACDC_PHRASE.get(ev.label)
@@ -290,7 +317,7 @@ def _label_mentioned(text: str, ev: Evidence) -> bool:
 
 def _any_label(text: str, ev: Evidence) -> bool:
     if ev.label.startswith("PI-RADS"):
-        return bool(PIRADS.search(text))
+        return any(PIRADS.search(line) for line in text.split("\n") if not LESION_ID.search(line))
     if ev.label in ("HGG", "LGG"):
         return bool(GRADE.search(text))
     return bool(ACDC_CODE.search(text)) or any(p.search(text) for p in ACDC_PHRASE.values())
@@ -359,7 +386,7 @@ def reflect(draft: Draft, ev: Evidence, decimals: int = 1) -> list[Issue]:
     """Every issue of ``draft`` against ``ev``, deduplicated (one issue per type and span)."""
     issues: list[Issue] = []
     sentences = draft.sentences()
-    claims = [{(k, p) for k, p, *_ in concept_mentions(t, ev.domain)} for _, _, t in sentences]
+    claims = [{(k, p) for k, p, *rest in concept_mentions(t, ev.domain) if not rest[-1]} for _, _, t in sentences]
     for n, (section, idx, text) in enumerate(sentences):
         elsewhere = set().union(*(c for j, c in enumerate(claims) if j != n)) if len(claims) > 1 else set()
         issues += _sentence_issues(section, idx, text, ev, decimals, elsewhere)
