@@ -90,6 +90,16 @@ class VectorIndex:
             return np.zeros((len(q), max(k, 0)), np.float32), -np.ones((len(q), max(k, 0)), np.int64)
         return self.index.search(q, min(k, self.ntotal))
 
+    def __getstate__(self) -> dict:
+        """Picklable (Ray, multiprocessing) through ``faiss.serialize_index``."""
+        return {"dim": self.dim, "mode": self.mode, "flat_max": self.flat_max, "blob": self.to_bytes()}
+
+    def __setstate__(self, state: dict) -> None:
+        self.dim, self.mode, self.flat_max = state["dim"], state["mode"], state["flat_max"]
+        self.index = faiss_module().deserialize_index(np.frombuffer(state["blob"], dtype=np.uint8))
+        if "HNSW" in type(self.index).__name__:
+            self.index.hnsw.efSearch = HNSW_EF_SEARCH
+
     def to_bytes(self) -> bytes:
         return faiss_module().serialize_index(self.index).tobytes()
 

@@ -1,7 +1,7 @@
 """Structured reports (``report.structured``): radiology-style prose where every number is traceable.
 
 The report reads like a radiology report (Findings in prose per compartment, chamber or
-lesion; a numbered Impression) and keeps the audit appendices (each measurement table once,
+lesion; a bulleted Impression) and keeps the audit appendices (each measurement table once,
 lesion boxes, the decision rules). Every number is written by one function
 (``reporting.prose.num``) that follows it with its evidence link `` `[node.field.key]` ``: the
 node and output field it came from (``meta["origin"]`` set by the executor, else the port

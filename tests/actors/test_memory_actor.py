@@ -85,6 +85,15 @@ def test_cohort_curates_and_a_restarted_cohort_retrieves(ray_local, tmp_path):
     assert stats["wal_pending"] == 0  # the closing cohort checkpointed
 
 
+def test_report_reviewer_only_for_report_tasks():
+    from bcer.api import report_reviewer
+
+    assert report_reviewer(load_contract("segment_brain")) is None  # no report deliverable
+    assert report_reviewer(load_contract("cardiac_report"), r4=False) is None
+    assert report_reviewer(load_contract("cardiac_report"), r4="off") is None
+    assert callable(report_reviewer(load_contract("cardiac_report"), memory="/tmp/x"))
+
+
 def test_r4_off_keeps_the_tool_report(ray_local, tmp_path):
     from bcer.api import Study
 

@@ -132,6 +132,10 @@ def test_index_switches_from_flat_to_hnsw_and_keeps_positions():
     assert pos[:, 0].tolist() == [5, 150, 299]
     back = VectorIndex.from_bytes(idx.to_bytes())
     assert back.kind == "hnsw" and back.search(x[[7]], 1)[1][0, 0] == 7
+    import pickle
+
+    again = pickle.loads(pickle.dumps(idx))  # serialize_index under the hood (Ray can ship it)
+    assert again.kind == "hnsw" and again.ntotal == 300 and again.search(x[[9]], 1)[1][0, 0] == 9
 
 
 def test_hashing_embedder_is_unit_norm_and_lexical():

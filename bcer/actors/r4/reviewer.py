@@ -115,13 +115,15 @@ class R4Reviewer:
 def make_reviewer(memory_dir: str | None = None, *, llm: Any = None, wording_llm: Any = None,
                   config: R4Config | None = None, embedder: str = "minilm") -> R4Reviewer:
     """The reviewer a cohort uses: with ``memory_dir``, the shared memory actor of that folder
-    (created if needed, closed (checkpointed) when the cohort ends); without, no memory."""
+    (created if needed, closed (checkpointed) when the cohort ends); without, no memory. The
+    drafting LLM (if any) also serves the wording repair tier unless another is given."""
     memory = None
     if memory_dir:
         from ..memory import memory_actor
 
         memory = memory_actor(memory_dir, embedder=embedder)
-    return R4Reviewer(memory, llm, wording_llm, config, own_memory=memory is not None)
+    return R4Reviewer(memory, llm, wording_llm if wording_llm is not None else llm, config,
+                      own_memory=memory is not None)
 
 
 __all__ = ["R4Reviewer", "make_reviewer", "prose_text"]
