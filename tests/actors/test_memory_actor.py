@@ -103,3 +103,23 @@ def test_r4_off_keeps_the_tool_report(ray_local, tmp_path):
     report = json.loads((d / "report.json").read_text())
     assert "r4" not in report["meta"] and not _events(d, "r4_route")
     assert "## Findings" in report["text"] and report["text"].count("## Measurements") == 1
+
+
+def test_a_failing_reviewer_keeps_the_tool_report(ray_local, tmp_path):
+    class Broken:
+        def review(self, request):
+            raise RuntimeError("reviewer down")
+
+        def curate(self, request):
+            raise RuntimeError("memory down")
+
+    cases = synth_task_cases("cardiac_report", 1, tmp_path / "data", "small", seed=5)
+    cfg = CohortConfig(out=tmp_path / "out", planner=OfflineBrain(), contract=load_contract("cardiac_report"),
+                       max_in_flight=1, reviewer=Broken())
+    (row,) = run_cohort(cases, cfg).rows
+    d = tmp_path / "out" / cases[0].id
+    assert row["status"] == "succeeded" and (d / "_DONE").exists()
+    report = json.loads((d / "report.json").read_text())
+    assert "r4" not in report["meta"] and "## Findings" in report["text"]  # the tool's own report
+    (err,) = _events(d, "r4_reflect")
+    assert err["error_code"] == "internal" and "reviewer down" in err["message"]
