@@ -2,9 +2,9 @@
 
 Exact ``IndexFlatIP`` while the index holds at most ``FLAT_MAX`` vectors, ``IndexHNSWFlat``
 beyond. Why not flat up to ~200k: a flat search scans every vector, and on this project's
-2-core machines a single query over 100k x 384 float32 (154 MB) measured 26 ms p50, far
-from the 1 ms goal; HNSW (M=32, efSearch=128) answered the same queries in 0.2 ms p50 with
-recall@10 0.99 against exact search on clustered data (``benchmarks/memory_ann.py``).
+2-core machines a single query over 100k x 384 float32 (154 MB) took 26 ms p50 (load 6) to
+273 ms (load 30), far from the 1 ms goal; HNSW (M=32, efSearch=128) answered in 0.2-0.35 ms
+p50 with recall@10 0.99-1.0 against exact search on clustered data (``benchmarks/memory_ann.py``).
 Below ``FLAT_MAX`` exact search costs ~1-3 ms and needs no build, so small memories stay
 exact. Positions are the vectors' ids (0..n-1, in order of addition): the store maps them to
 records. Nothing is ever removed (curation refuses instead), so HNSW's lack of removal
