@@ -48,9 +48,9 @@ DOMAIN_CONCEPTS = {"brain": ("enhancement", "necrosis", "oedema"), "prostate": (
                    "cardiac": ("LV dilatation", "RV dilatation", "LV hypertrophy", "regional wall motion abnormality",
                                "reduced LV ejection fraction", "reduced RV ejection fraction")}
 # words that ground a sentence in a domain's evidence even without a number (subjects)
-SUBJECTS = {"brain": re.compile(r"\btumou?r\b|\bglioma\b|\bmass\b|\bcompartment", re.I),
+SUBJECTS = {"brain": re.compile(r"\btumou?r\b|\bglioma\b|\bmass\b|\bcompartment|\bhemispher\w*", re.I),
             "prostate": re.compile(r"\bprostate\b|\bgland\b", re.I),
-            "cardiac": re.compile(r"\bventric\w*|\bmyocard\w*|\bLV\b|\bRV\b", re.I)}
+            "cardiac": re.compile(r"\bventric\w*|\bmyocard\w*|\bLV\b|\bRV\b|\bheart\b|\bcardiac\b", re.I)}
 
 
 def side_of(word: str) -> str:
