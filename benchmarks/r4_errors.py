@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bcer.actors.r4 import ISSUE_TYPES, R4Config, R4Loop, reflect  # noqa: E402
-from bcer.bench.report_errors import TYPES, corrupt, matches  # noqa: E402
+from bcer.bench.report_errors import TYPES, corrupt, matches, paraphrase  # noqa: E402
 from bcer.bench.report_inputs import REPORT_TASKS, report_inputs  # noqa: E402
 from bcer.metrics import box_iou  # noqa: E402
 from bcer.tools.reporting import build_evidence, realise  # noqa: E402
@@ -51,7 +51,7 @@ def _restored(final, clean, ev) -> bool:
     return same_text and boxes == {e.id: e.box_voxel for e in ev.lesions() if e.box_voxel}
 
 
-def run(n_cases: int, seed: int) -> dict:
+def run(n_cases: int, seed: int, wording: str = "template") -> dict:
     rng = np.random.default_rng(seed)
     per = {t: {"injected": 0, "detected": 0, "issues": 0, "matched_issues": 0, "repaired": 0, "restored": 0,
                "residual_reflector": 0, "variants": {}} for t in TYPES}
@@ -63,7 +63,7 @@ def run(n_cases: int, seed: int) -> dict:
         for i in range(n_cases):
             inputs, info = report_inputs(task, i, seed)
             ev = build_evidence(**inputs)
-            clean = realise(ev)
+            clean = realise(ev) if wording == "template" else paraphrase(realise(ev))
             for issue in reflect(clean, ev):
                 clean_fp[issue.type] += 1
             for type_ in TYPES:
@@ -118,15 +118,22 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="benchmarks/results/r4_errors.json")
     args = ap.parse_args()
-    res = run(args.cases, args.seed)
+    res = {w: run(args.cases, args.seed, w) for w in ("template", "paraphrased")}
     res["config"] = {"cases_per_task": args.cases, "seed": args.seed, "drafter": "template (clean) + one injected error",
+                     "wordings": "template: the drafter's own sentences; paraphrased: the same after the fixed "
+                                 "rewordings of bcer.bench.report_errors.PARAPHRASES (restored = same sentences as "
+                                 "the clean paraphrased draft, which a repair that restates a template sentence misses)",
                      "max_passes": 2, "machine": platform.machine(), "cpus": os.cpu_count(),
                      "load_avg": os.getloadavg(), "python": platform.python_version()}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=1))
-    for t, r in res["per_type"].items():
-        print(f"{t:14s} n={r['injected']:4d} recall={r['recall']} precision={r['precision']} repair={r['repair_success']}")
-    print("box IoU", res["box_iou"], "residual", res["residual_error_rate"], "clean FP", res["clean_reports_false_positives"])
+    for w in ("template", "paraphrased"):
+        print(w)
+        for t, r in res[w]["per_type"].items():
+            print(f"  {t:14s} n={r['injected']:4d} recall={r['recall']} precision={r['precision']} "
+                  f"repair={r['repair_success']} no_issue_after={r['no_issue_after_repair']}")
+        print("  box IoU", res[w]["box_iou"], "residual", res[w]["residual_error_rate"],
+              "reflector residual", res[w]["residual_error_rate_reflector"], "clean FP", res[w]["clean_reports_false_positives"])
 
 
 if __name__ == "__main__":

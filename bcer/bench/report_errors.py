@@ -175,6 +175,8 @@ def _label_change(d: Draft, ev: Evidence, rng: np.random.Generator) -> tuple[Dra
         if ev.label in ("HGG", "LGG") and f"(`{ev.label}`)" in s:
             a, b = ("high-grade glioma (`HGG`)", "low-grade glioma (`LGG`)")
             t = s.replace(a, b) if ev.label == "HGG" else s.replace(b, a)
+            if t == s:  # reworded: this sentence does not carry the template's phrase
+                continue
             new = d.model_copy(deep=True)
             getattr(new, section)[idx] = t
             return new, Injected("contradiction", "label", section, idx, "label", ev.label, "LGG" if ev.label == "HGG" else "HGG")
@@ -237,6 +239,38 @@ def _localization(d: Draft, ev: Evidence, rng: np.random.Generator) -> list[tupl
     return out
 
 
+# Rewordings of the template sentences, written before the paraphrased corpus was first run and
+# not tuned afterwards: they test the Reflector on wording its lexicon was not written against.
+PARAPHRASES: list[tuple[str, str]] = [
+    (r"^The left ventricle measures ", "Left ventricular volume is "),
+    (r"^The right ventricle measures ", "Right ventricular volume is "),
+    (r"^The left ventricle is dilated\.", "The LV is enlarged."),
+    (r" is not dilated\.", " is normal in size."),
+    (r"^There is no ", "No evidence of "),
+    (r"^No suspicious focal lesion is seen\.", "No suspicious lesion is identified."),
+    (r"there is a focal lesion", "a lesion is seen"),
+    (r" % `", "% `"),
+    (r"^Findings consistent with ", "Appearances suggest "),
+    (r"high-grade glioma", "high grade glioma"), (r"low-grade glioma", "low grade glioma"),
+    (r"^There is a (left|right)-hemispheric intra-axial tumour\.", r"An intra-axial tumour is present in the \1 hemisphere."),
+    (r" in largest diameter", " in maximal dimension"),
+    (r"^There is reduced left ventricular systolic function\.", "Left ventricular systolic function is impaired."),
+    (r"^There is preserved right ventricular systolic function\.", "Right ventricular systolic function is preserved."),
+]
+
+
+def paraphrase(draft: Draft) -> Draft:
+    new = draft.model_copy(deep=True)
+    for section in ("findings", "impression"):
+        out = []
+        for s in getattr(new, section):
+            for pat, rep in PARAPHRASES:
+                s = re.sub(pat, rep, s)
+            out.append(s)
+        setattr(new, section, out)
+    return new
+
+
 def corrupt(draft: Draft, ev: Evidence, type_: str, rng: np.random.Generator) -> list[tuple[Draft, Injected]]:
     """Every single-error corruption of ``type_`` this draft admits (variants of one type)."""
     makers: dict[str, Callable[[], list[tuple[Draft, Injected]]]] = {
@@ -257,4 +291,4 @@ def matches(issue: Any, inj: Injected) -> bool:
     return issue.section == inj.section and issue.sentence == inj.sentence
 
 
-__all__ = ["Injected", "TYPES", "corrupt", "matches", "value_text"]
+__all__ = ["Injected", "PARAPHRASES", "TYPES", "corrupt", "matches", "paraphrase", "value_text"]
