@@ -72,6 +72,9 @@ def windows(rows: list[dict], size: int = 10) -> list[dict]:
     return out
 
 
+NOTE_SI = "template drafter: it writes every report from the evidence, so its issue curves are 0 with and without memory by construction and show nothing about self-improvement; the memory's effect visible here is retrieval (share of cases whose top exemplar has the same structure) as the memory grows. Rerun with --llm local (LLM drafter with retrieved exemplars as few-shot examples) to measure issues."
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--llm", default="none", help="LLM backend spec for the drafter (none: template drafter)")
@@ -92,6 +95,8 @@ def main() -> None:
             res[arm] = {"windows": windows(rows), "rows": rows}
             print(arm, json.dumps(res[arm]["windows"]), flush=True)
     res["wall_s"] = round(time.time() - t0, 1)
+    if name == "template":
+        res["note"] = NOTE_SI
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=1))
 
