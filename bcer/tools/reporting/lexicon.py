@@ -12,7 +12,7 @@ LINK = re.compile(r"`\[([^`]+?)\]`")
 LINKED_NUMBER = re.compile(r"(?<![\w.`])(-?\d+(?:\.\d+)?)((?:\s*[^\s\d`\[][^\s`]{0,8})?)\s*`\[([^`]+?)\]`")
 LESION_ID = re.compile(r"`?\b[Ll]esion[ _-]?(\d+)\b`?")
 SIDE = re.compile(r"\b(left|right)(?:[- ](?:sided|hemispheric|hemisphere))?\b", re.IGNORECASE)
-CHAMBER = re.compile(r"\b(LV|RV)\b|\b(left|right)[- ]ventric\w*", re.IGNORECASE)
+CHAMBER = re.compile(r"\b(LV|RV)(?:EF)?\b|\b(left|right)[- ]ventric\w*", re.IGNORECASE)
 ZONE = re.compile(r"\b(peripheral zone|transition zone|central zone|anterior fibromuscular stroma)\b"
                   r"|\b(PZ|TZ|CZ|AFS)\b", re.IGNORECASE)
 ZONE_WORDS = {"PZ": "peripheral zone", "TZ": "transition zone", "CZ": "central zone",
@@ -28,6 +28,12 @@ ACDC_PHRASE = {"DCM": re.compile(r"dilated cardiomyopathy", re.I), "HCM": re.com
 NEGATION = re.compile(r"\b(no|not|without|absence of|absent|free of|negative for|nor|neither)\b", re.IGNORECASE)
 CLAUSE = re.compile(r"[;:,]|\bbut\b|\bwhile\b|\bwhereas\b")
 
+# "reduced ejection fraction" and "ejection fraction is reduced" (either word order)
+_EF = r"(?:ejection fraction|systolic function|[LR]VEF|EF)"
+_EF_LOW = re.compile(rf"\b(?:reduced|impaired|depressed|decreased)\s+(?:\w+\s+){{0,2}}{_EF}|\b{_EF}\s+(?:is|was|are)\s+"
+                     rf"(?:\w+\s+)?(?:reduced|impaired|depressed|decreased)\b", re.I)
+_EF_OK = re.compile(rf"\b(?:preserved|normal)\s+(?:\w+\s+){{0,2}}{_EF}|\b{_EF}\s+(?:is|was|are)\s+(?:\w+\s+)?"
+                    rf"(?:preserved|normal)\b", re.I)
 # concept -> (keyword pattern, antonym pattern asserting absence, chamber side or "")
 CONCEPTS: dict[str, tuple[re.Pattern, re.Pattern | None, str]] = {
     "enhancement": (re.compile(r"\benhanc\w*", re.I), re.compile(r"\bnon-?enhancing\b", re.I), ""),
@@ -39,10 +45,8 @@ CONCEPTS: dict[str, tuple[re.Pattern, re.Pattern | None, str]] = {
     "LV hypertrophy": (re.compile(r"\bhypertroph\w*|\bthickened\b", re.I), None, "left"),
     "regional wall motion abnormality": (re.compile(r"\bwall[- ]motion abnormalit\w*|\bcontract\w* abnormally\b|"
                                                     r"\bregional(?:ly)? (?:hypo|a|dys)kine\w*", re.I), None, ""),
-    "reduced LV ejection fraction": (re.compile(r"\b(?:reduced|impaired|depressed|decreased)\s+(?:\w+\s+){0,2}(?:ejection fraction|systolic function)", re.I),
-                                     re.compile(r"\b(?:preserved|normal)\s+(?:\w+\s+){0,2}(?:ejection fraction|systolic function)", re.I), "left"),
-    "reduced RV ejection fraction": (re.compile(r"\b(?:reduced|impaired|depressed|decreased)\s+(?:\w+\s+){0,2}(?:ejection fraction|systolic function)", re.I),
-                                     re.compile(r"\b(?:preserved|normal)\s+(?:\w+\s+){0,2}(?:ejection fraction|systolic function)", re.I), "right"),
+    "reduced LV ejection fraction": (_EF_LOW, _EF_OK, "left"),
+    "reduced RV ejection fraction": (_EF_LOW, _EF_OK, "right"),
 }
 DOMAIN_CONCEPTS = {"brain": ("enhancement", "necrosis", "oedema"), "prostate": ("suspicious lesion",),
                    "cardiac": ("LV dilatation", "RV dilatation", "LV hypertrophy", "regional wall motion abnormality",
