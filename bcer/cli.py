@@ -18,6 +18,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="bcer: planned MRI analysis workflows on Ray, from one case to cohorts.")
 data_app = typer.Typer(no_args_is_help=True, help="Synthesise phantom cohorts and inspect datasets.")
 app.add_typer(data_app, name="data")
+memory_app = typer.Typer(no_args_is_help=True, help="The R4 exemplar memory: stats, add, search, export.")
+app.add_typer(memory_app, name="memory")
 console = Console()
 
 
@@ -184,17 +186,20 @@ def run(case: Path = typer.Option(..., "--case", help="case folder"),
         layout: Optional[str] = typer.Option(None),
         seq: Optional[list[str]] = typer.Option(None, "--seq", help=_SEQ_HELP),
         bundle: Optional[list[str]] = typer.Option(None, "--bundle", help=_BUNDLE_HELP),
-        model_dir: Optional[list[Path]] = typer.Option(None, "--model-dir", help=_MODEL_DIR_HELP)) -> None:
+        model_dir: Optional[list[Path]] = typer.Option(None, "--model-dir", help=_MODEL_DIR_HELP),
+        r4: str = typer.Option("on", "--r4", help="R4 review of report deliverables: on | off"),
+        memory: Optional[Path] = typer.Option(None, "--memory", help="exemplar-memory folder (shared across cohorts)")) -> None:
     """Run one case."""
     from .api import Study, load_cases
 
+    r4_on = _r4_flag(r4)
     try:
         cases = load_cases(case, layout, _seq(seq))
         if len(cases) != 1:
             _fail(ValueError(f"{case} holds {len(cases)} cases; use `bcer cohort`"))
         result = _progress_run(Study(cases, task=task, goal=goal, plan=plan_file, out=out,
                                      address=address, max_in_flight=1, bundles=_bundles(bundle),
-                                     model_dirs=_dirs(model_dir)))
+                                     model_dirs=_dirs(model_dir), r4=r4_on, memory=memory))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     row = result.rows[0]
@@ -216,15 +221,19 @@ def cohort(data: Path = typer.Option(..., "--data", help="dataset folder"),
            seq: Optional[list[str]] = typer.Option(None, "--seq", help=_SEQ_HELP),
            bundle: Optional[list[str]] = typer.Option(None, "--bundle", help=_BUNDLE_HELP),
            model_dir: Optional[list[Path]] = typer.Option(None, "--model-dir", help=_MODEL_DIR_HELP),
+           r4: str = typer.Option("on", "--r4", help="R4 review of report deliverables: on | off"),
+           memory: Optional[Path] = typer.Option(None, "--memory", help="exemplar-memory folder (shared across cohorts)"),
            report: bool = typer.Option(True, "--report/--no-report", help="write the HTML pages (OUT/report)"),
            as_json: bool = typer.Option(False, "--json", help="print the summary and rows as JSON")) -> None:
     """Run many cases; a failing case becomes a row, the others finish; reruns skip _DONE cases."""
     from .api import Study
 
+    r4_on = _r4_flag(r4)
     try:
         result = _progress_run(Study(data, task=task, goal=goal, plan=plan_file, out=out, layout=layout,
                                      address=address, max_in_flight=max_in_flight, limit=limit,
-                                     bundles=_bundles(bundle), model_dirs=_dirs(model_dir), seq=_seq(seq)))
+                                     bundles=_bundles(bundle), model_dirs=_dirs(model_dir), seq=_seq(seq),
+                                     r4=r4_on, memory=memory))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     if as_json:
@@ -233,6 +242,13 @@ def cohort(data: Path = typer.Option(..., "--data", help="dataset folder"),
         _print_summary(result)
     if report:
         _pages(result.out)
+
+
+def _r4_flag(value: str) -> bool:
+    v = value.strip().lower()
+    if v not in ("on", "off"):
+        _fail(ValueError(f"--r4 must be on or off, got {value!r}"))
+    return v == "on"
 
 
 @app.command()
@@ -430,6 +446,100 @@ def data_inspect(root: Path = typer.Argument(...), layout: Optional[str] = typer
 
 def _fmt_sp(sp) -> str:
     return "x".join(f"{v:.2f}" for v in sp) if sp else "?"
+
+
+def _open_memory(path: Path, readonly: bool, embedder: str):
+    from .memory import ExemplarMemory
+
+    if readonly and not (path / "manifest.json").exists() and not (path / "wal.jsonl").exists():
+        _fail(FileNotFoundError(f"no exemplar memory in {path}"))
+    return ExemplarMemory(path, embedder, readonly=readonly)
+
+
+_MEM_OPT = typer.Option(..., "--memory", help="exemplar-memory folder")
+_EMB_OPT = typer.Option("minilm", help="embedder the memory was built with: minilm | hash")
+
+
+@memory_app.command("stats")
+def memory_stats(memory: Path = _MEM_OPT, embedder: str = _EMB_OPT,
+                 as_json: bool = typer.Option(False, "--json")) -> None:
+    """Exemplars per task, index kind, support, profiles, pending WAL entries."""
+    try:
+        s = _open_memory(memory, True, embedder).stats()
+    except ToolError as e:
+        _fail(e)
+    if as_json:
+        typer.echo(json.dumps(s, indent=2, default=str))
+        return
+    t = Table(title=f"{s['exemplars']} exemplars in {memory} ({s['embedder']}, generation {s['generation']}, "
+                    f"{s['wal_pending']} in the WAL)")
+    for col in ("task", "exemplars", "support", "index", "profiles"):
+        t.add_column(col)
+    for task, v in s["tasks"].items():
+        t.add_row(task, str(v["exemplars"]), str(v["support"]), v["index"],
+                  ", ".join(f"{k}={n}" for k, n in v["profiles"].items()))
+    console.print(t)
+
+
+@memory_app.command("add")
+def memory_add(runs: list[Path] = typer.Argument(..., help="case output folders, or cohort folders holding them"),
+               memory: Path = _MEM_OPT, embedder: str = _EMB_OPT) -> None:
+    """Curate the reviewed reports of finished cases into the memory (only validated cases
+    (``_DONE``) whose report the R4 loop left without material issue are added)."""
+    from .actors.memory import MemoryClient
+    from .actors.r4.reviewer import R4Reviewer
+    from .contracts.artifacts import Report
+    from .engine.review import CurateRequest
+
+    dirs = sorted({p.parent for r in runs for p in ([r / "report.json"] if (r / "report.json").exists()
+                                                     else r.glob("*/report.json"))})
+    if not dirs:
+        _fail(FileNotFoundError(f"no report.json under {', '.join(map(str, runs))}"))
+    try:
+        mem = _open_memory(memory, False, embedder)
+    except ToolError as e:
+        _fail(e)
+    reviewer, counts = R4Reviewer(MemoryClient(mem)), {}
+    try:
+        for d in dirs:
+            data = json.loads((d / "report.json").read_text())
+            done = json.loads((d / "_DONE").read_text()) if (d / "_DONE").exists() else {}
+            row = json.loads((d / "result.json").read_text()) if (d / "result.json").exists() else {}
+            rep = Report(data.get("text", ""), data.get("structured", {}), data.get("evidence", []), data.get("meta", {}))
+            res = reviewer.curate(CurateRequest(case_id=d.name, task=row.get("task"), run_id=done.get("run_id", ""),
+                                                report=rep, verified=bool(done), status=row.get("status", "")))
+            counts[res["action"]] = counts.get(res["action"], 0) + 1
+            console.print(f"{d.name}: {res['action']} ({res['reason']})")
+    finally:
+        mem.close()
+    console.print(", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+
+
+@memory_app.command("search")
+def memory_search(query: str = typer.Argument(..., help="evidence summary or free text"),
+                  memory: Path = _MEM_OPT, task: str = typer.Option(..., help="task id"),
+                  k: int = typer.Option(3, "-k"), profile: Optional[str] = typer.Option(None),
+                  embedder: str = _EMB_OPT) -> None:
+    """Top-k exemplars of a task nearest to the query (cosine)."""
+    try:
+        hits = _open_memory(memory, True, embedder).search(task, query, k, profile=profile)
+    except ToolError as e:
+        _fail(e)
+    for h in hits:
+        r = h["record"]
+        console.print(f"[bold]{h['score']:.3f}[/] {r['id']} {r['case']} ({r['profile']}, {r['label']}, "
+                      f"support {r['support']})\n  {r['profile_text']}")
+
+
+@memory_app.command("export")
+def memory_export(target: Path = typer.Argument(..., help="output file: .jsonl or .parquet"),
+                  memory: Path = _MEM_OPT, embedder: str = _EMB_OPT) -> None:
+    """Every exemplar record as JSON lines or Parquet."""
+    try:
+        path = _open_memory(memory, True, embedder).export(target)
+    except ToolError as e:
+        _fail(e)
+    console.print(f"wrote {path}")
 
 
 def main() -> None:  # pragma: no cover

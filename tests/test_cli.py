@@ -89,3 +89,50 @@ def test_bench_tables_show_sr_delivered_and_plausible_side_by_side():
     out = cap.get()
     assert "SR (delivered) 100%, SR (plausible) 50%" in " ".join(out.split())  # the title wraps
     assert "SR (delivered)" in out and "SR (plausible)" in out and "c1: implausible value_range" in out
+
+
+def _reviewed_case(tmp_path, task: str, i: int, done: bool) -> Path:
+    """A case folder as a run leaves it: report.{md,json} reviewed by R4, result.json, _DONE."""
+    from bcer.actors.r4.reviewer import R4Reviewer
+    from bcer.bench.report_inputs import report_inputs
+    from bcer.engine.outputs import write_artifact
+    from bcer.engine.review import ReviewRequest
+    from bcer.tools.registry import call_tool
+
+    inputs, info = report_inputs(task, i)
+    report = call_tool("report.structured", inputs)["report"]
+    res = R4Reviewer().review(ReviewRequest(info["case"], task, "run1", "report_structured", report, inputs))
+    d = tmp_path / "runs" / info["case"]
+    write_artifact(res.report, d / "report.md")
+    (d / "result.json").write_text(json.dumps({"task": task, "status": "succeeded" if done else "failed"}))
+    if done:
+        (d / "_DONE").write_text(json.dumps({"run_id": "run1"}))
+    return d
+
+
+def test_memory_add_stats_search_export(tmp_path):
+    for i in range(3):
+        _reviewed_case(tmp_path, "prostate_report", i, done=i != 2)
+    mem = tmp_path / "mem"
+    code, out = invoke("memory", "stats", "--memory", mem, "--embedder", "hash")
+    assert code == 2 and "no exemplar memory" in out
+    code, out = invoke("memory", "add", tmp_path / "runs", "--memory", mem, "--embedder", "hash")
+    assert code == 0, out
+    assert "added 2" in out and "rejected 1" in out and "case not validated" in out
+    code, out = invoke("memory", "stats", "--memory", mem, "--embedder", "hash", "--json")
+    stats = json.loads(out)
+    assert code == 0 and stats["exemplars"] == 2 and stats["tasks"]["prostate_report"]["index"] == "flat"
+    code, out = invoke("memory", "search", "prostate report; multifocal; lesion_2", "--task",
+                       "prostate_report", "--memory", mem, "--embedder", "hash", "-k", "2")
+    lines = [x for x in out.splitlines() if x and x[0].isdigit()]
+    assert code == 0 and len(lines) == 2 and "pr001 (multifocal" in lines[0], out
+    code, out = invoke("memory", "export", tmp_path / "mem.jsonl", "--memory", mem, "--embedder", "hash")
+    rows = [json.loads(x) for x in (tmp_path / "mem.jsonl").read_text().splitlines()]
+    assert code == 0 and len(rows) == 2 and all(r["task"] == "prostate_report" and r["plan"] for r in rows)
+    code, out = invoke("memory", "add", tmp_path / "runs", "--memory", mem, "--embedder", "minilm")
+    assert code == 2 and "embedder" in out  # a memory is never mixed across embedders
+
+
+def test_r4_flag_is_validated(tmp_path):
+    code, out = invoke("run", "--case", tmp_path, "--task", "cardiac_report", "--r4", "maybe", "--out", tmp_path / "o")
+    assert code == 2 and "--r4 must be on or off" in out

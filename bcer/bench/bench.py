@@ -86,9 +86,12 @@ def _run_task(task: str, cases: list[Case], out: Path, address: str | None, seed
     from ..engine.cohort import CohortConfig, run_cohort
 
     contract = load_contract(task)
+    from ..api import report_reviewer
+
     planner = BundleBinder(OfflineBrain(), bundles) if bundles else OfflineBrain()
     cfg = CohortConfig(out=out / "runs" / task, planner=planner, contract=contract,
-                       max_in_flight=max_in_flight, address=address, seed=seed, model_dirs=read_roots)
+                       max_in_flight=max_in_flight, address=address, seed=seed, model_dirs=read_roots,
+                       reviewer=report_reviewer(contract))  # report tasks run the R4 loop (no memory)
     t0 = time.time()
     result = run_cohort(cases, cfg, on_case_done=on_case_done)
     by_id = {c.id: c for c in cases}

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..contracts.artifacts import kind_of
+from ..contracts.artifacts import ArtifactKind, kind_of
 from ..contracts.case import Case
 from ..contracts.errors import ErrorCode, ToolError
 from ..contracts.task import TaskContract
@@ -369,6 +369,10 @@ class CaseRun:
             if d.node != node.id:
                 continue
             art = ray.get(self.refs[node.id][d.field])
+            if kind_of(art) == ArtifactKind.report:  # R4 review seam (engine/review.py)
+                from .review import review_in_run
+
+                art = review_in_run(self, node, art)
             name = d.file if Path(d.file).suffix else out.default_file(d.file, kind_of(art))
             files = out.write_artifact(art, self.sandbox.check_write(self.ctx.output_dir / name))
             self.written[d.name] = {"node": node.id, "field": d.field, "files": [str(f) for f in files],

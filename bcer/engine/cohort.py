@@ -38,6 +38,7 @@ class CohortConfig:
     max_revisions: int = 2
     resume: bool = True
     model_dirs: tuple[str, ...] = ()  # read-only folders for local model bundles (sandbox)
+    reviewer: Any = None  # report reviewer (R4), or a zero-argument factory called once Ray is up
 
     @property
     def goal_text(self) -> str:
@@ -136,7 +137,8 @@ def run_one(case: Case, cfg: CohortConfig, reflector=None, hooks: Iterable = ())
         write_json(row, case_dir / ROW_FILE)
         return row
     write_json(sketch.model_dump(mode="json"), case_dir / "plan.json")
-    ctx = RunContext(run_id=cfg.run_id, output_dir=case_dir, seed=cfg.seed, read_roots=tuple(cfg.model_dirs))
+    ctx = RunContext(run_id=cfg.run_id, output_dir=case_dir, seed=cfg.seed, read_roots=tuple(cfg.model_dirs),
+                     reviewer=cfg.reviewer)
     if reflector is not None:
         reflector = reflector.for_case(case.id)
         reflector.reset.remote(case.id)  # a fresh repair budget for this run of the case
@@ -196,6 +198,9 @@ def run_cohort(cases: Iterable[Case], cfg: CohortConfig,
 
         load_all()  # before the case threads start planning
         reflector = _reflector(cfg.run_id, 2 if cfg.max_in_flight > 2 else 1)
+        from .review import release_reviewer, resolve_reviewer
+
+        factory, cfg.reviewer = cfg.reviewer, resolve_reviewer(cfg.reviewer)
         try:
             with ThreadPoolExecutor(max_workers=max(1, cfg.max_in_flight), thread_name_prefix="bcer-case") as pool:
                 futures = {pool.submit(run_one, c, cfg, reflector, hooks): c for c in todo}
@@ -206,6 +211,8 @@ def run_cohort(cases: Iterable[Case], cfg: CohortConfig,
                         on_case_done(row)
         finally:
             _release(reflector)
+            release_reviewer(cfg.reviewer)
+            cfg.reviewer = factory
     order = {c.id: i for i, c in enumerate(cases)}
     rows.sort(key=lambda r: order.get(r["case"], len(order)))
     result = CohortResult(cfg.out, rows, cfg.run_id)

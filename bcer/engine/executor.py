@@ -47,6 +47,8 @@ class RunContext:
         reflector_timeout_s: how long to wait for the Reflector's verdict.
         read_roots: extra read-only folders tools may open (local model bundles); bcer's
             shipped assets are always readable.
+        reviewer: reviews report deliverables before they are written and curates them after
+            validation (``bcer.engine.review``); None writes the tool's report as is.
         loader_num_cpus: CPUs of a sequence-load task (gzip decompression is CPU work; a
             fraction lets loads overlap compute but makes Ray start extra workers).
     """
@@ -62,6 +64,7 @@ class RunContext:
     reflector_timeout_s: float = 120.0
     loader_num_cpus: float = 1.0
     read_roots: tuple[str, ...] = ()
+    reviewer: Any = None  # engine.review.ReportReviewer for report deliverables (R4); None: no review
 
     def __post_init__(self) -> None:
         self.output_dir = Path(self.output_dir)

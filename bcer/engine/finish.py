@@ -87,6 +87,10 @@ def finish_case(run: Any, outcome_cls: type) -> Any:
         node_status=dict(run.status), milestones_done=list(run.milestones), measurements=dict(run.measurements),
         repairs=run.repairs, sr=sr, tcr=tcr, validations=checks, workflow=run.wf,
         sr_delivered=sr_delivered, plausibility=[r.to_dict() for r in plaus])
+    if getattr(run.ctx, "reviewer", None) is not None:  # R4 curation seam (engine/review.py), after validation
+        from .review import curate_in_run
+
+        curate_in_run(run, status)
     run.trace.emit("case_finished", message=f"status={status}" + (
         f" sr={sr} sr_delivered={sr_delivered} tcr={tcr:.3f}" if sr is not None else ""),
                    error_code=(run.error or {}).get("code"))
