@@ -23,11 +23,14 @@ Families (``family=``; ranges in :data:`FAMILY_RANGES`, one table):
   of view and matrix, in-plane rotation, flips and obliquity of the stack, heart position in
   the field of view, slices beyond base and apex, base/apex slice order, trigger delay (ED
   anywhere in the cine, at a fractional frame), frame count, volume-curve shape, wall
-  thickness, tissue contrast, global intensity scale, noise, coil shading (bias).
-- ``"heldout"``: other ranges and anatomy variants (larger fields of view, thinner slices,
-  more frames, a physiological volume curve with isovolumic relaxation, diastasis and atrial
-  kick, a liver and pericardial fat, a gradient-echo-like contrast, through-plane partial
-  volume). A left atrium above the mitral plane can be drawn (``atrium``, a probability),
+  thickness, tissue contrast (bSSFP towards gradient echo), global intensity scale, noise,
+  coil shading (bias), point spread and through-plane partial volume, and in some cases a
+  liver and a thin pericardial fat layer.
+- ``"heldout"``: other ranges and anatomy variants (larger fields of view with the heart
+  further off centre, coarser pixels, thinner slices, more frames, a physiological volume
+  curve with isovolumic relaxation, diastasis and atrial kick, a thicker pericardial fat
+  layer and a liver in every case, gradient-echo contrast, stronger noise and shading,
+  through-plane partial volume). A left atrium above the mitral plane can be drawn (``atrium``, a probability),
   but neither family draws one: the classical segmentation takes it for LV (a stress test
   in ``benchmarks/cardiac_families.py --atrium``).
   **Rule: nothing is ever tuned or trained on the held-out family** (thresholds,
@@ -103,7 +106,7 @@ class FamilyRanges:
     apex_first: float                           # probability that slice 0 is apical
     flip: float                                 # probability of flipping each in-plane axis
     intensity_scale: tuple[float, float]        # global scale, log-uniform (scanner units)
-    contrast: str                               # "bssfp" or "gre" tissue levels
+    contrast_mix: tuple[float, float]           # tissue levels: 0 = bSSFP, 1 = gradient echo (mixed)
     contrast_jitter: float                      # relative jitter of each tissue level
     blur_vox: tuple[float, float]               # in-plane point-spread sigma (voxels)
     noise: tuple[float, float]                  # Rician sigma / blood level
@@ -112,9 +115,10 @@ class FamilyRanges:
     curves: tuple[str, ...]                     # volume-curve models drawn from
     atrium: float                               # probability of a left atrium above the base
     #   (0 in both families: seg.cardiac's classical path takes it for LV; a stress option)
-    liver: bool                                 # liver under the heart
-    pericardial_fat_mm: tuple[float, float]     # fat layer around the epicardium (0: none)
-    slice_profile: bool                         # through-plane partial volume in the image
+    liver: float                                # probability of a liver under the heart
+    fat: float                                  # probability of pericardial fat
+    pericardial_fat_mm: tuple[float, float]     # thickness of that fat layer around the epicardium
+    slice_profile: float                        # probability of through-plane partial volume
     wall_scale: tuple[float, float]             # scale of every ED wall thickness
     height_cm: tuple[float, float]
     weight_kg: tuple[float, float]
@@ -125,11 +129,11 @@ FAMILY_RANGES: dict[str, FamilyRanges] = {
         spacing_mm={"small": (2.4, 3.4), "full": (1.1, 1.8)},
         slice_mm={"small": (9.0, 13.0), "full": (7.0, 10.0)},
         frames={"small": (9, 20), "full": (16, 30)},
-        fov_mm=(170.0, 300.0), aspect=(0.75, 1.0), oblique_deg=(0.0, 15.0), axis_jitter=0.12,
-        heart_offset_mm=(0.0, 35.0), extra_slices=(0, 1), apex_first=0.5, flip=0.5,
-        intensity_scale=(0.5, 2000.0), contrast="bssfp", contrast_jitter=0.12, blur_vox=(0.4, 0.8),
-        noise=(0.01, 0.05), bias=(0.0, 0.3), es_phase=(0.3, 0.4), curves=("cosine", "skewed"),
-        atrium=0.0, liver=False, pericardial_fat_mm=(0.0, 0.0), slice_profile=False,
+        fov_mm=(170.0, 340.0), aspect=(0.75, 1.0), oblique_deg=(0.0, 15.0), axis_jitter=0.12,
+        heart_offset_mm=(0.0, 45.0), extra_slices=(0, 1), apex_first=0.5, flip=0.5,
+        intensity_scale=(0.5, 2000.0), contrast_mix=(0.0, 0.8), contrast_jitter=0.12, blur_vox=(0.4, 0.9),
+        noise=(0.01, 0.06), bias=(0.0, 0.4), es_phase=(0.3, 0.4), curves=("cosine", "skewed"),
+        atrium=0.0, liver=0.5, fat=0.5, pericardial_fat_mm=(0.5, 2.5), slice_profile=0.5,
         wall_scale=(0.9, 1.1), height_cm=(155.0, 192.0), weight_kg=(52.0, 105.0)),
     "heldout": FamilyRanges(
         spacing_mm={"small": (3.3, 3.9), "full": (1.7, 2.1)},
@@ -137,9 +141,9 @@ FAMILY_RANGES: dict[str, FamilyRanges] = {
         frames={"small": (21, 28), "full": (30, 36)},
         fov_mm=(300.0, 380.0), aspect=(0.65, 0.8), oblique_deg=(15.0, 25.0), axis_jitter=0.15,
         heart_offset_mm=(30.0, 60.0), extra_slices=(1, 2), apex_first=0.5, flip=0.5,
-        intensity_scale=(3000.0, 30000.0), contrast="gre", contrast_jitter=0.08, blur_vox=(0.7, 1.0),
+        intensity_scale=(3000.0, 30000.0), contrast_mix=(0.95, 1.05), contrast_jitter=0.08, blur_vox=(0.7, 1.0),
         noise=(0.04, 0.07), bias=(0.3, 0.45), es_phase=(0.26, 0.44), curves=("physiological",),
-        atrium=0.0, liver=True, pericardial_fat_mm=(2.0, 4.0), slice_profile=True,
+        atrium=0.0, liver=1.0, fat=1.0, pericardial_fat_mm=(2.0, 4.0), slice_profile=1.0,
         wall_scale=(0.85, 1.15), height_cm=(148.0, 200.0), weight_kg=(45.0, 125.0)),
 }
 # Gradient-echo-like levels (held-out contrast): less blood-myocardium contrast than bSSFP.

@@ -120,8 +120,13 @@ def _extras(rng: np.random.Generator, fam: C.FamilyRanges, p: dict[str, Any]) ->
     if rng.random() < fam.atrium:
         la = {"u": -rng.uniform(0.0, 0.4) * p["a0"], "v": rng.uniform(-0.3, 0.3) * p["a0"],
               "r": rng.uniform(0.6, 0.85) * p["a0"] + 4.0, "len": rng.uniform(15.0, 25.0)}
-    fat = rng.uniform(*fam.pericardial_fat_mm)
-    return {"la": la, "fat_mm": float(fat), "fat_dir": float(rng.uniform(0, 2 * np.pi)), "liver": fam.liver}
+    fat = rng.uniform(*fam.pericardial_fat_mm) if rng.random() < fam.fat else 0.0
+    liver = None
+    if rng.random() < fam.liver:  # centre (RAS mm) and semi-axes, jittered around a typical liver
+        liver = {"centre": [55.0 + rng.normal(0, 10), -5.0 + rng.normal(0, 10), -95.0 + rng.normal(0, 10)],
+                 "axes": [105.0 * rng.uniform(0.85, 1.15), 85.0 * rng.uniform(0.85, 1.15), 55.0 * rng.uniform(0.85, 1.15)]}
+    return {"la": la, "fat_mm": float(fat), "fat_dir": float(rng.uniform(0, 2 * np.pi)), "liver": liver,
+            "slice_profile": bool(rng.random() < fam.slice_profile)}
 
 
 def _la(q: np.ndarray, c: float, p: dict[str, Any], la: dict[str, Any] | None) -> np.ndarray | None:
@@ -136,20 +141,19 @@ def _la(q: np.ndarray, c: float, p: dict[str, Any], la: dict[str, Any] | None) -
     return (e <= 1.0) & (q[..., 2] < base_w - 1.0)
 
 
-def _liver(world: np.ndarray) -> np.ndarray:
-    x, y, z = world[..., 0], world[..., 1], world[..., 2]
-    return ((x - 55.0) / 105.0) ** 2 + ((y + 5.0) / 85.0) ** 2 + ((z + 95.0) / 55.0) ** 2 <= 1.0
+def _liver(world: np.ndarray, liver: dict[str, list[float]]) -> np.ndarray:
+    c, a = liver["centre"], liver["axes"]
+    return sum(((world[..., i] - c[i]) / a[i]) ** 2 for i in range(3)) <= 1.0
 
 
-def _background(world: np.ndarray, gain: dict[str, float], liver: bool) -> np.ndarray:
+def _background(world: np.ndarray, gain: dict[str, float], liver: dict[str, list[float]] | None) -> np.ndarray:
     img = C._background(world)
     scale = {C.INTENSITY[k]: gain[k] for k in ("fat", "body", "lung", "aorta")}
     out = np.zeros_like(img)
     for base_level, level in scale.items():  # re-level the base thorax to this contrast
         out[img == np.float32(base_level)] = level
-    if liver:
-        body = img > 0
-        out[_liver(world) & body] = gain["liver"]
+    if liver is not None:
+        out[_liver(world, liver) & (img > 0)] = gain["liver"]
     return out
 
 
@@ -280,7 +284,7 @@ def _draw_case(rng: np.random.Generator, size: Size, group: str, fam: C.FamilyRa
     acq = {"trigger_delay_frames": round(delay, 3), "curve": curve, "es_phase": round(float(p["es_phase"]), 4),
            "apex_first": st["apex_first"], "extra_slices": st["extra_slices"],
            "heart_offset_mm": round(float(shrink * st["offset_mm"]), 2), "left_atrium": ex["la"] is not None,
-           "pericardial_fat_mm": round(ex["fat_mm"], 2), "liver": ex["liver"],
+           "pericardial_fat_mm": round(ex["fat_mm"], 2), "liver": ex["liver"] is not None,
            "borderline_design": {k: list(v) for k, v in (design or {}).items()},
            "borderline_target": None if target is None else {"value": target[0], "threshold": target[1]}}
     return {"height": height, "weight": weight, "p": p, "design": design, "target": target, "frame": frame, "base": base,
@@ -291,13 +295,16 @@ def _draw_case(rng: np.random.Generator, size: Size, group: str, fam: C.FamilyRa
 def _image(draw: dict[str, Any], rng: np.random.Generator, fam: C.FamilyRanges, noise: float | None,
            case_id: str) -> Cine:
     """Render the cine of an accepted draw: contrast, partial volume, shading, noise, scale."""
-    levels = dict(C.INTENSITY, la=C.INTENSITY["lv"] * 0.97, liver=0.4) if fam.contrast == "bssfp" else C.INTENSITY_GRE
-    gain = {k: v * rng.uniform(1 - fam.contrast_jitter, 1 + fam.contrast_jitter) for k, v in levels.items()}
+    bssfp = dict(C.INTENSITY, la=C.INTENSITY["lv"] * 0.97, liver=0.4)
+    mix = rng.uniform(*fam.contrast_mix)  # 0: bSSFP levels, 1: gradient-echo levels
+    gain = {k: (bssfp[k] + mix * (C.INTENSITY_GRE[k] - bssfp[k])) * rng.uniform(1 - fam.contrast_jitter,
+                                                                              1 + fam.contrast_jitter)
+            for k in bssfp}
     blur = rng.uniform(*fam.blur_vox)
     st, p, ex = draw["stack"], draw["p"], draw["extras"]
     affine, frame, base = draw["affine"], draw["frame"], draw["base"]
     # through-plane slice profile: the image averages three planes across the slice thickness
-    offsets = (-st["spacing"][2] / 3, 0.0, st["spacing"][2] / 3) if fam.slice_profile else (0.0,)
+    offsets = (-st["spacing"][2] / 3, 0.0, st["spacing"][2] / 3) if ex["slice_profile"] else (0.0,)
     normal = affine[:3, 2] / np.linalg.norm(affine[:3, 2])
     planes, box = [], draw["box"]
     for off in offsets:
@@ -319,6 +326,7 @@ def _image(draw: dict[str, Any], rng: np.random.Generator, fam: C.FamilyRanges, 
     rr = float(rng.uniform(600, 1100))
     n = st["n_frames"]
     draw["acq"].update(noise_sigma_rel=round(sigma / gain["lv"], 4), bias_strength=round(float(strength), 3),
-                       intensity_scale=round(scale, 3), contrast=fam.contrast, blur_vox=round(float(blur), 3))
+                       intensity_scale=round(scale, 3), contrast_mix=round(float(mix), 3), blur_vox=round(float(blur), 3),
+                       slice_profile=ex["slice_profile"])
     return Cine((data * scale).astype(np.float32), affine.copy(),
                 {"case_id": case_id, "sequence": "cine", "rr_ms": rr, "frame_ms": rr / n})

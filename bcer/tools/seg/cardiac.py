@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 CARDIAC_LABELS = {1: "RV", 2: "MYO", 3: "LV"}
 _CONN3 = ndi.generate_binary_structure(3, 1)
+_CROSS2 = ndi.generate_binary_structure(2, 1)[..., None]  # in-plane 4-neighbourhood
 _N_ANGLES = 48
 
 
@@ -65,8 +66,15 @@ def _heart_region(data: np.ndarray) -> np.ndarray:
     Only the cavities' borders move (their centres stay blood), so the hull, not the moving
     voxels themselves, covers the ventricles; static fat and vessels stay outside.
     """
-    rng = data.max(axis=3) - data.min(axis=3)
-    moving = rng > threshold_otsu(rng)
+    # The range is taken on a lightly smoothed cine, and the cut is the larger of Otsu's and
+    # a robust noise ceiling (median + 6 MADs of the range): on a noisy cine the moving
+    # voxels are a percent of the image and Otsu alone split the noise itself, so the "heart
+    # region" became the whole field of view.
+    smooth = ndi.gaussian_filter(data, sigma=(0.7, 0.7, 0.0, 0.0))
+    rng = smooth.max(axis=3) - smooth.min(axis=3)
+    med = float(np.median(rng))
+    ceiling = med + 6.0 * 1.4826 * float(np.median(np.abs(rng - med)))
+    moving = rng > max(float(threshold_otsu(rng)), ceiling)
     lab, n = ndi.label(moving, _CONN3)
     # Noise specks move too, but are a few voxels; a dilated, poorly contracting LV's border
     # moves by about a voxel and breaks into pieces a tenth of the RV's, so the cut is low.
@@ -94,10 +102,37 @@ def _solidity(comp: np.ndarray) -> float:
     return num / den if den else 0.0
 
 
+def _pieces_2d(mask: np.ndarray) -> list[np.ndarray]:
+    """In-plane pieces of a 2-D mask, thin bridges cut (as ``_split_bridges``, in one slice)."""
+    lab, n = _split_bridges(mask[..., None], conn=ndi.generate_binary_structure(3, 1) * _CROSS2)
+    return [lab[..., 0] == i for i in range(1, n + 1) if (lab == i).any()]
+
+
+def _split_bridges(bright: np.ndarray, conn: np.ndarray = _CONN3) -> tuple[np.ndarray, int]:
+    """Label the bright voxels so that cavities touching through a thin bridge come apart.
+
+    A thin septum under noise and blur leaves a 1-2 voxel bright bridge that merges LV and
+    RV into one component in some frames. An in-plane erosion cuts such bridges (an opening
+    does not: it restores a short bridge from its thick ends); the eroded components are the
+    seeds, and every bright voxel joins the seed it is connected to by the shortest bright
+    path (geodesic growth), so nothing is lost at the edges or at a thin apex. Bright voxels
+    no seed reaches keep components of their own.
+    """
+    seeds, n = ndi.label(ndi.binary_erosion(bright, structure=_CROSS2), conn)
+    lab = seeds
+    for _ in range(64):
+        grown = np.where((lab == 0) & bright, ndi.grey_dilation(lab, footprint=conn), lab)
+        if np.array_equal(grown, lab):
+            break
+        lab = grown
+    rest, m = ndi.label(bright & (lab == 0), conn)
+    return np.where(rest > 0, rest + n, lab), n + m
+
+
 def _candidates(bright: np.ndarray, heart: np.ndarray) -> list[np.ndarray]:
     """Bright 3-D components of one frame that lie mostly inside the heart region (and are
     not tiny next to the largest)."""
-    lab, n = ndi.label(bright, _CONN3)
+    lab, n = _split_bridges(bright)
     cands = []
     for i in range(1, n + 1):
         comp = lab == i
@@ -110,7 +145,7 @@ def _candidates(bright: np.ndarray, heart: np.ndarray) -> list[np.ndarray]:
     return [c for c in cands if c.sum() >= 0.1 * big]
 
 
-def _pick_lv(cands: list[list[np.ndarray]]) -> list[int | None]:
+def _pick_lv(cands: list[list[np.ndarray]]) -> tuple[list[int | None], np.ndarray | None]:
     """Index of the LV among each frame's candidates, consistent over the cycle.
 
     First guess per frame: the most convex candidate (the LV is round in every slice, the RV
@@ -121,23 +156,46 @@ def _pick_lv(cands: list[list[np.ndarray]]) -> list[int | None]:
     first = [int(np.argmax([_solidity(c) for c in cs])) if cs else None for cs in cands]
     picked = [cs[i] for cs, i in zip(cands, first) if i is not None]
     if not picked:
-        return first
+        return first, None
     core = np.sum(picked, axis=0) >= 0.5 * len(picked)
     out = []
     for cs, i in zip(cands, first):
         overlap = [int((c & core).sum()) for c in cs]
         out.append(int(np.argmax(overlap)) if overlap and max(overlap) > 0 else i)
-    return out
+    return out, core
 
 
-def _cavities(cands: list[np.ndarray], i_lv: int | None, spacing: tuple[float, float, float],
-              max_wall: float) -> tuple[np.ndarray, np.ndarray]:
-    """(LV, RV) boolean volumes for one frame: the chosen LV candidate, and as RV every other
-    sizeable candidate within a wall's reach of it (a crescent may break into pieces near
-    the base or apex)."""
+def _lv_per_slice(lv: np.ndarray, core: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """(LV, the rest): per slice, the one in-plane piece of the LV candidate that overlaps the
+    consensus core most (the most convex one when none does).
+
+    On an oblique stack with thick slices the LV in one slice overlaps the RV in the next, so
+    a 3-D component can hold both; in-plane the two are separate pieces.
+    """
+    keep = np.zeros_like(lv)
+    for k in range(lv.shape[2]):
+        pieces = _pieces_2d(lv[..., k]) if lv[..., k].any() else []
+        if len(pieces) <= 1:
+            keep[..., k] = lv[..., k]
+            continue
+        overlap = [int((pc & core[..., k]).sum()) if core is not None else 0 for pc in pieces]
+        if max(overlap) > 0:
+            best = int(np.argmax(overlap))
+        else:
+            best = int(np.argmax([pc.sum() * _solidity(pc[..., None]) for pc in pieces]))
+        keep[..., k] = pieces[best]
+    return keep, lv & ~keep
+
+
+def _cavities(cands: list[np.ndarray], i_lv: int | None, core: np.ndarray | None,
+              spacing: tuple[float, float, float], max_wall: float) -> tuple[np.ndarray, np.ndarray]:
+    """(LV, RV) boolean volumes for one frame: the chosen LV candidate (one in-plane piece
+    per slice), and as RV every other sizeable candidate within a wall's reach of it (a
+    crescent may break into pieces near the base or apex)."""
     if i_lv is None:
         return None, None  # type: ignore[return-value]
-    lv = cands[i_lv]
+    lv, rest = _lv_per_slice(cands[i_lv], core)
+    cands = cands + [rest] if rest.any() else cands
     lv_size = int(lv.sum())
     reach = np.stack([ndi.distance_transform_edt(~lv[..., k], sampling=spacing[:2]) <= max_wall + 5.0
                       for k in range(lv.shape[2])], axis=-1)
@@ -272,8 +330,9 @@ def _classical(cine: Cine, p: CardiacParams) -> tuple[np.ndarray, dict[str, Any]
     cands = [_candidates(data[..., t] > mid, heart) for t in range(data.shape[3])]
     empty = np.zeros(data.shape[:3], bool)
     cavities = []
-    for cs, i_lv in zip(cands, _pick_lv(cands)):
-        lv, rv = _cavities(cs, i_lv, cine.spacing, p.max_wall_mm)
+    picks, core = _pick_lv(cands)
+    for cs, i_lv in zip(cands, picks):
+        lv, rv = _cavities(cs, i_lv, core, cine.spacing, p.max_wall_mm)
         cavities.append((empty, empty) if lv is None else (fill_holes_2d(lv), rv))
     # noise vs the small myocardium/body contrast: the wall is traced on a smoothed image
     smooth = ndi.gaussian_filter(data, sigma=(0.7, 0.7, 0.0, 0.0))
