@@ -80,6 +80,23 @@ def blood_volume_curve(cine: Cine, data: np.ndarray) -> np.ndarray | None:
     return frac.sum(axis=(0, 1, 2)) * cine.voxel_volume_ml
 
 
+def outlier_frames(curve: np.ndarray) -> np.ndarray:
+    """Frames whose volume jumps away from both cyclic neighbours (a segmentation failure,
+    not a phase of the cycle): further than 15 % of the median volume from the mean of the
+    two neighbours, in the same direction from both. A true ED or ES frame sits within a
+    few percent of its neighbours. Never more than a quarter of the frames."""
+    v = np.asarray(curve, np.float64)
+    n = v.size
+    if n < 5:
+        return np.zeros(n, bool)
+    prev, nxt = np.roll(v, 1), np.roll(v, -1)
+    tol = 0.15 * float(np.median(v))
+    out = ((v - prev > tol) & (v - nxt > tol)) | ((prev - v > tol) & (nxt - v > tol))
+    if out.sum() > n // 4:
+        return np.zeros(n, bool)
+    return out
+
+
 def _check_frame(value: int | None, n_frames: int, arg: str) -> None:
     if value is not None and value >= n_frames:
         raise ToolError(ErrorCode.value_range, f"{arg}={value} but the cine has {n_frames} frames "
@@ -121,7 +138,9 @@ def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
     lv = curves["lv"]
     pv = blood_volume_curve(cine, data) if cine is not None else None
     phase_curve = lv if pv is None else pv
-    auto_ed, auto_es = int(np.argmax(phase_curve)), int(np.argmin(phase_curve))
+    outliers = outlier_frames(phase_curve)
+    usable = np.where(outliers, np.nan, phase_curve)
+    auto_ed, auto_es = int(np.nanargmax(usable)), int(np.nanargmin(usable))
     _check_frame(params.ed_frame, n, "ed_frame")
     _check_frame(params.es_frame, n, "es_frame")
     ed = auto_ed if params.ed_frame is None else params.ed_frame
@@ -138,6 +157,7 @@ def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
               "argmax/argmin partial-volume LV blood volume (cine under the labels)")
     meta = {"method": method, "curve_ed_frame": auto_ed, "curve_es_frame": auto_es,
             "label_count_frames": [int(np.argmax(lv)), int(np.argmin(lv))],
+            "outlier_frames": [int(i) for i in np.flatnonzero(outliers)],
             "agrees_with_curve": (ed, es) == (auto_ed, auto_es)}
     if given and not meta["agrees_with_curve"]:
         log.info("cardiac.ed_es: metadata frames (%d, %d) differ from the LV curve (%d, %d)", ed, es, auto_ed, auto_es)

@@ -206,6 +206,35 @@ def _cavities(cands: list[np.ndarray], i_lv: int | None, core: np.ndarray | None
     return lv, rv
 
 
+def _repick_lost_frames(cands: list[list[np.ndarray]], cavities: list[tuple[np.ndarray, np.ndarray]],
+                        spacing: tuple[float, float, float], max_wall: float) -> list[int]:
+    """Re-pick the LV of frames whose cavity collapses between its neighbours (in place).
+
+    A cavity a fraction of both neighbouring frames' (the heart does not halve its volume
+    in one frame) means that frame took another candidate, or lost the LV in a merge; the
+    frame then takes the candidate that overlaps its neighbours' LV most. Returns the frames
+    changed.
+    """
+    n = len(cavities)
+    sizes = np.array([int(lv.sum()) for lv, _ in cavities], float)
+    changed = []
+    for t in range(n):
+        prev, nxt = cavities[(t - 1) % n][0], cavities[(t + 1) % n][0]
+        ref = 0.5 * (sizes[(t - 1) % n] + sizes[(t + 1) % n])
+        if n < 3 or sizes[t] >= 0.6 * min(sizes[(t - 1) % n], sizes[(t + 1) % n]) or not cands[t]:
+            continue
+        near = ndi.binary_dilation(prev | nxt, np.ones((3, 3, 1), bool))
+        overlap = [int((c & near).sum()) for c in cands[t]]
+        i = int(np.argmax(overlap))
+        if overlap[i] == 0:
+            continue
+        lv, rv = _cavities(cands[t], i, near, spacing, max_wall)
+        if lv is not None and 0.6 * ref <= lv.sum() <= 1.6 * ref:
+            cavities[t] = (fill_holes_2d(lv), rv)
+            changed.append(t)
+    return changed
+
+
 def _myo_slice(img: np.ndarray, lv: np.ndarray, blocked: np.ndarray, band: tuple[float, float],
                spacing: tuple[float, float], max_wall: float) -> np.ndarray:
     """Myocardium of one slice by rays from the LV centre.
@@ -334,6 +363,7 @@ def _classical(cine: Cine, p: CardiacParams) -> tuple[np.ndarray, dict[str, Any]
     for cs, i_lv in zip(cands, picks):
         lv, rv = _cavities(cs, i_lv, core, cine.spacing, p.max_wall_mm)
         cavities.append((empty, empty) if lv is None else (fill_holes_2d(lv), rv))
+    repicked = _repick_lost_frames(cands, cavities, cine.spacing, p.max_wall_mm)
     # noise vs the small myocardium/body contrast: the wall is traced on a smoothed image
     smooth = ndi.gaussian_filter(data, sigma=(0.7, 0.7, 0.0, 0.0))
     minima = _all_wall_minima(smooth, cavities, cine.spacing)
@@ -346,7 +376,8 @@ def _classical(cine: Cine, p: CardiacParams) -> tuple[np.ndarray, dict[str, Any]
     labels = np.stack([_label_frame(smooth[..., t], lv, rv, mid, band, cine.spacing, p.max_wall_mm)
                        for t, (lv, rv) in enumerate(cavities)], axis=-1)
     meta = {"method": "classical_cine", "blood_level": blood, "myo_level": myo, "tissue_level": body,
-            "blood_threshold": mid, "myo_band": list(band), "heart_voxels": int(heart.sum())}
+            "blood_threshold": mid, "myo_band": list(band), "heart_voxels": int(heart.sum()),
+            "repicked_frames": repicked}
     return labels, meta
 
 
