@@ -34,7 +34,7 @@ def brain_row(i: int, family: str, size: str) -> dict[str, Any]:
     grade = ("HGG", "LGG")[i % 2]
     ph = make_brain(f"b{i:03d}", 700 + i, size, grade=grade, family=family)
     t0 = time.time()
-    seg = call_tool("seg.brain_tumor", {k: ph.sequences[k] for k in ("T1", "T1c", "T2", "FLAIR")})
+    seg = call_tool("seg.brain_tumor", {k.lower(): ph.sequences[k] for k in ("T1", "T1c", "T2", "FLAIR")})
     labels = np.asarray(seg["labels"].data)
     truth = np.asarray(ph.labels["seg"].data)
     row: dict[str, Any] = {"case": ph.case_id, "grade": grade, "seconds": round(time.time() - t0, 2)}
@@ -44,8 +44,24 @@ def brain_row(i: int, family: str, size: str) -> dict[str, Any]:
     return row
 
 
+def _domains(family: str) -> tuple[str, ...]:
+    """k-space source domains whose generator offers ``family`` (all of them for base)."""
+    import inspect
+
+    from bcer.datasets.kspace import KSPACE_SOURCES
+
+    out = []
+    for d, (target, *_rest) in KSPACE_SOURCES.items():
+        module, func = target.split(":")
+        gen = getattr(__import__(module, fromlist=[func]), func)
+        if family == "base" or "family" in inspect.signature(gen).parameters:
+            out.append(d)
+    return tuple(out)
+
+
 def kspace_row(i: int, family: str, size: str) -> dict[str, Any]:
-    domain = ("brain", "prostate", "cardiac")[i % 3]
+    domains = _domains(family)
+    domain = domains[i % len(domains)]
     over = i % 2 == 0
     ph = make_kspace_case(f"k{i:03d}", 800 + i, size, domain=domain, frames="ed", family=family,
                           readout_oversampling=2.0 if over else 1.0, phase_oversampling=1.14 if over else 1.0)

@@ -217,8 +217,12 @@ def _source_phantom(case_id: str, seed: int, size: Size, domain: str, **kw: Any)
     target, seq = KSPACE_SOURCES[domain][:2]
     module, func = target.split(":")
     gen = getattr(importlib.import_module(module), func)  # lazily: a domain's module may be absent
-    if "noise" in kw and "noise" not in inspect.signature(gen).parameters:
+    params = inspect.signature(gen).parameters
+    if "noise" in kw and "noise" not in params:
         kw.pop("noise")
+    if kw.get("family", "base") != "base" and "family" not in params:
+        raise ToolError(ErrorCode.value_range, f"{func} has no phantom family {kw['family']!r}",
+                        hint="only 'base' for this domain", arg="family", case=case_id)
     ph = gen(case_id, seed, size, **kw)
     return ph, ph.sequences[seq]
 

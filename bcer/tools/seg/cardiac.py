@@ -137,8 +137,13 @@ def _candidates(bright: np.ndarray, heart: np.ndarray) -> list[np.ndarray]:
     for i in range(1, n + 1):
         comp = lab == i
         size = int(comp.sum())
-        if size >= 8 and (comp & heart).sum() >= 0.5 * size:
+        inside = comp & heart
+        if size >= 8 and inside.sum() >= 0.5 * size:
             cands.append(comp)
+        elif inside.sum() >= 8:
+            # where body tissue is nearly as bright as blood (gradient-echo-like contrast), the
+            # RV joins the body through its thin free wall; its part in the heart region is the cavity
+            cands.append(inside)
     if not cands:
         return []
     big = max(int(c.sum()) for c in cands)
