@@ -348,7 +348,7 @@ def _print_bench(report: dict) -> None:
 def demo(out: Path = typer.Option(Path("demo_out"), help="output folder"),
          cases: int = typer.Option(1, "--cases", help="cases per task"),
          address: Optional[str] = typer.Option(None, help="Ray address (default: local cluster)")) -> None:
-    """Synthesise a small mixed cohort (brain, prostate, cardiac, k-space) and run all nine tasks
+    """Synthesise a small mixed cohort (brain, prostate, cardiac, k-space) and run every task
     end to end with the offline Brain on Ray; prints SR/TCR and quality per task."""
     console.print(f"[bold]bcer demo[/]: {cases} synthetic case(s) per task, offline planner, "
                   f"{'cluster ' + address if address else 'local Ray'}; outputs in {out}")

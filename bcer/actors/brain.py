@@ -424,7 +424,11 @@ class OfflineBrain:
         for step in b.steps:
             if step.tool in b.specs:
                 self._bind_params(b, step, case, {a for s, a in blocked if s == step.id})
-        domain = contract.domain if contract is not None else (case.domain or goal_domain(goal) or "general")
+        known = case.domain if case.domain not in ("", "unknown") else None
+        if contract is not None and contract.domain != "any":
+            domain = contract.domain
+        else:  # a task for any organ (e.g. ``recon``): the case's own domain, from its header
+            domain = known or goal_domain(goal) or "general"
         return PlanSketch(goal=goal, domain=domain, steps=b.steps)
 
     # ---- optional ports and params ------------------------------------------------------
