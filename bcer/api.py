@@ -40,15 +40,15 @@ def load_cases(path: str | Path, layout: str | None = None) -> list[Case]:
 
 
 def make_planner(plan: str | Path | PlanSketch | None = None, planner: Any = None):
-    """A sketch file/object replays as a StaticPlanner; otherwise the given or default planner."""
+    """A sketch file/object replays as a StaticPlanner (it wins); otherwise the given or default planner."""
     from .engine.planning import StaticPlanner
 
-    if planner is not None:
-        return planner
     if isinstance(plan, PlanSketch):
         return StaticPlanner(plan)
     if plan is not None:
         return StaticPlanner.from_file(plan)
+    if planner is not None:
+        return planner
     from .actors.brain import OfflineBrain
 
     return OfflineBrain()
@@ -73,6 +73,12 @@ class Study:
         address: Ray cluster address (None: RAY_ADDRESS or a local cluster).
         max_in_flight: cases running at once (back-pressure on the object store).
         model_dirs: folders of local model bundles tools may read (besides bcer's own assets).
+        planner: a planner object, or ``"offline"`` | ``"llm"`` | ``"llm,offline"`` (LLM Brain,
+            offline Brain as fallback).
+        llm: LLM backend spec (``http://HOST:PORT/v1#MODEL``, ``vllm:MODEL``, ``local``,
+            ``replay:FILE``) or object, for an LLM planner and/or reflector tier.
+        llm_record: append every LLM call to this JSONL file (replay with ``llm="replay:FILE"``).
+        reflector: ``"tier1"`` or ``"tier1,llm"`` (an LLM repair tier behind tier 1).
     """
 
     data: str | Path | list[Case]
@@ -87,6 +93,9 @@ class Study:
     seed: int = 0
     limit: int | None = None
     model_dirs: tuple[str, ...] = ()
+    llm: Any = None
+    llm_record: str | Path | None = None
+    reflector: str = "tier1"
 
     def cases(self) -> list[Case]:
         cases = list(self.data) if isinstance(self.data, (list, tuple)) else load_cases(self.data, self.layout)
@@ -99,29 +108,54 @@ class Study:
         contract = _contract(self.task)
         if contract is None and self.goal is None and self.plan is None:
             raise ToolError(ErrorCode.schema, "a Study needs a task, a goal or a plan")
-        cfg = CohortConfig(out=Path(self.out), planner=make_planner(self.plan, self.planner),
-                           contract=contract, goal=self.goal, max_in_flight=self.max_in_flight,
-                           address=self.address, seed=self.seed, model_dirs=tuple(map(str, self.model_dirs)))
-        return run_cohort(self.cases(), cfg, on_case_done=on_case_done, hooks=hooks)
+        with _controller(self.planner, self.llm, self.reflector, self.llm_record, self.address) as ctl:
+            cfg = CohortConfig(out=Path(self.out), planner=make_planner(self.plan, ctl.planner),
+                               contract=contract, goal=self.goal, max_in_flight=self.max_in_flight,
+                               address=self.address, seed=self.seed, model_dirs=tuple(map(str, self.model_dirs)),
+                               reflector_tiers=ctl.tiers)
+            return run_cohort(self.cases(), cfg, on_case_done=on_case_done, hooks=hooks)
+
+
+def _controller(planner: Any, llm: Any, reflector: str, llm_record: str | Path | None, address: str | None):
+    """llm: the planner/reflector/backend of a run from specs; a planner object is used as given."""
+    from .actors.specs import Controller
+
+    spec = planner if isinstance(planner, str) or planner is None else "offline"
+    ctl = Controller(spec or "offline", llm=llm, reflector_spec=reflector, llm_record=llm_record, address=address)
+    if planner is not None and not isinstance(planner, str):
+        ctl.planner = planner
+    return ctl
 
 
 def run_case(case: Case | str | Path, *, task: str | TaskContract | None = None, goal: str | None = None,
              plan: str | Path | PlanSketch | None = None, out: str | Path = "bcer_out",
-             address: str | None = None, layout: str | None = None) -> dict[str, Any]:
-    """Run one case; returns its row (status, sr, tcr, deliverables, measurements, error)."""
+             address: str | None = None, layout: str | None = None, planner: Any = None, llm: Any = None,
+             llm_record: str | Path | None = None, reflector: str = "tier1") -> dict[str, Any]:
+    """Run one case; returns its row (status, sr, tcr, deliverables, measurements, error).
+    ``planner``, ``llm``, ``llm_record`` and ``reflector`` are as for :class:`Study`."""
     cases = [case] if isinstance(case, Case) else load_cases(case, layout)
     if len(cases) != 1:
         raise ToolError(ErrorCode.schema, f"{case} holds {len(cases)} cases; use Study for a cohort")
-    result = Study(cases, task=task, goal=goal, plan=plan, out=out, address=address, max_in_flight=1).run()
+    result = Study(cases, task=task, goal=goal, plan=plan, out=out, address=address, max_in_flight=1,
+                   planner=planner, llm=llm, llm_record=llm_record, reflector=reflector).run()
     return result.rows[0]
 
 
 def plan_case(case: Case | str | Path, *, task: str | TaskContract | None = None, goal: str | None = None,
-              plan: str | Path | PlanSketch | None = None, layout: str | None = None, planner: Any = None):
-    """Plan and compile without running: returns (sketch, workflow, revisions)."""
+              plan: str | Path | PlanSketch | None = None, layout: str | None = None, planner: Any = None,
+              llm: Any = None, llm_record: str | Path | None = None, events: list | None = None):
+    """Plan and compile without running: returns (sketch, workflow, revisions).
+    ``planner``/``llm``/``llm_record`` as for :class:`Study`; planning events (LLM calls,
+    rejected plans, fallbacks) are appended to ``events`` when a list is given."""
     from .engine.planning import plan_and_compile
 
     cases = [case] if isinstance(case, Case) else load_cases(case, layout)
     contract = _contract(task)
-    return plan_and_compile(make_planner(plan, planner), goal or (contract.goal if contract else ""),
-                            cases[0], contract)
+    with _controller(planner, llm, "tier1", llm_record, None) as ctl:
+        chosen = make_planner(plan, ctl.planner)
+        try:
+            return plan_and_compile(chosen, goal or (contract.goal if contract else ""), cases[0], contract)
+        finally:
+            pop = getattr(chosen, "pop_events", None)
+            if pop is not None and events is not None:
+                events.extend(pop(cases[0].id))

@@ -21,6 +21,24 @@ app.add_typer(data_app, name="data")
 console = Console()
 
 
+# llm: the controller options shared by plan/run/cohort/bench/demo
+def _planner_opt():
+    return typer.Option("offline", "--planner", help="offline | llm | llm,offline (LLM Brain, offline fallback)")
+
+
+def _llm_opt():
+    return typer.Option(None, "--llm", help="LLM backend: http://HOST:PORT/v1 or http://HOST:PORT/v1#MODEL | vllm:MODEL "
+                        "or vllm:MODEL@TP | local or local:DIR | replay:FILE")
+
+
+def _record_opt():
+    return typer.Option(None, "--llm-record", help="append every LLM call (prompt, answer, digests) to this JSONL")
+
+
+def _reflector_opt():
+    return typer.Option("tier1", "--reflector", help="tier1 | tier1,llm (an LLM repair tier behind tier 1)")
+
+
 def _fail(err: Exception) -> None:
     console.print(f"[bold red]error[/]: {err}")
     raise typer.Exit(2)
@@ -67,14 +85,20 @@ def plan(case: Path = typer.Option(..., "--case", help="case folder (or dataset 
          goal: Optional[str] = typer.Option(None, help="goal text"),
          task: Optional[str] = typer.Option(None, help="task contract id"),
          plan_file: Optional[Path] = typer.Option(None, "--plan", help="plan sketch JSON to compile"),
-         layout: Optional[str] = typer.Option(None, help="dataset layout (default: detect)")) -> None:
+         layout: Optional[str] = typer.Option(None, help="dataset layout (default: detect)"),
+         planner: str = _planner_opt(), llm: Optional[str] = _llm_opt(),
+         llm_record: Optional[Path] = _record_opt()) -> None:
     """Print the plan sketch and the compiled DAG without running anything."""
     from .api import plan_case
 
+    events: list[dict] = []
     try:
-        sketch, workflow, revisions = plan_case(case, task=task, goal=goal, plan=plan_file, layout=layout)
+        sketch, workflow, revisions = plan_case(case, task=task, goal=goal, plan=plan_file, layout=layout,
+                                                planner=planner, llm=llm, llm_record=llm_record, events=events)
     except (ToolError, FileNotFoundError) as e:
+        _print_planning(events)
         _fail(e)
+    _print_planning(events)
     console.print_json(sketch.model_dump_json())
     t = Table(title=f"workflow for {workflow.case_id} ({len(workflow.nodes)} nodes, {revisions} revisions)")
     for col in ("node", "tool", "inputs", "params", "after", "milestone", "required"):
@@ -86,6 +110,16 @@ def plan(case: Path = typer.Option(..., "--case", help="case folder (or dataset 
     console.print(t)
     for d in workflow.deliverables:
         console.print(f"deliverable [bold]{d.name}[/] ← @node.{d.node}.{d.field} → {d.file}")
+
+
+def _print_planning(events: list[dict]) -> None:
+    """llm: one line per planning event (LLM calls with tokens and latency, verdicts, fallbacks)."""
+    for e in events:
+        d = e.get("data") or {}
+        tokens = (f" {d.get('prompt_tokens')}+{d.get('completion_tokens')} tokens {d.get('latency_s')} s"
+                  if "latency_s" in d else "")
+        colour = {"plan_rejected": "red", "plan_accepted": "green", "plan_fallback": "yellow"}.get(e["kind"], "dim")
+        console.print(f"[{colour}]{e['kind']}[/] {e.get('message', '')}{tokens}")
 
 
 def _progress_run(study) -> "object":
@@ -118,7 +152,8 @@ def run(case: Path = typer.Option(..., "--case", help="case folder"),
         plan_file: Optional[Path] = typer.Option(None, "--plan", help="plan sketch JSON (skips the planner)"),
         out: Path = typer.Option(Path("bcer_out"), help="output folder"),
         address: Optional[str] = typer.Option(None, help="Ray address (default: local cluster)"),
-        layout: Optional[str] = typer.Option(None)) -> None:
+        layout: Optional[str] = typer.Option(None), planner: str = _planner_opt(), llm: Optional[str] = _llm_opt(),
+        llm_record: Optional[Path] = _record_opt(), reflector: str = _reflector_opt()) -> None:
     """Run one case."""
     from .api import Study, load_cases
 
@@ -127,7 +162,8 @@ def run(case: Path = typer.Option(..., "--case", help="case folder"),
         if len(cases) != 1:
             _fail(ValueError(f"{case} holds {len(cases)} cases; use `bcer cohort`"))
         result = _progress_run(Study(cases, task=task, goal=goal, plan=plan_file, out=out,
-                                     address=address, max_in_flight=1))
+                                     address=address, max_in_flight=1, planner=planner, llm=llm,
+                                     llm_record=llm_record, reflector=reflector))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     row = result.rows[0]
@@ -144,13 +180,16 @@ def cohort(data: Path = typer.Option(..., "--data", help="dataset folder"),
            out: Path = typer.Option(Path("bcer_out")), address: Optional[str] = typer.Option(None),
            layout: Optional[str] = typer.Option(None),
            max_in_flight: int = typer.Option(4, help="cases running at once"),
-           limit: Optional[int] = typer.Option(None, help="first N cases only")) -> None:
+           limit: Optional[int] = typer.Option(None, help="first N cases only"),
+           planner: str = _planner_opt(), llm: Optional[str] = _llm_opt(),
+           llm_record: Optional[Path] = _record_opt(), reflector: str = _reflector_opt()) -> None:
     """Run many cases; a failing case becomes a row, the others finish; reruns skip _DONE cases."""
     from .api import Study
 
     try:
         result = _progress_run(Study(data, task=task, goal=goal, plan=plan_file, out=out, layout=layout,
-                                     address=address, max_in_flight=max_in_flight, limit=limit))
+                                     address=address, max_in_flight=max_in_flight, limit=limit,
+                                     planner=planner, llm=llm, llm_record=llm_record, reflector=reflector))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     _print_summary(result)
@@ -187,7 +226,9 @@ def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
           address: Optional[str] = typer.Option(None, help="Ray address (default: local cluster)"),
           size: str = typer.Option("small", help="phantom size: small | full"),
           data: Optional[Path] = typer.Option(None, help="read cases from this folder instead of synthesising"),
-          seed: int = typer.Option(0), max_in_flight: int = typer.Option(2, help="cases in flight per task")) -> None:
+          seed: int = typer.Option(0), max_in_flight: int = typer.Option(2, help="cases in flight per task"),
+          planner: str = _planner_opt(), llm: Optional[str] = _llm_opt(),
+          llm_record: Optional[Path] = _record_opt(), reflector: str = _reflector_opt()) -> None:
     """Task-contract benchmark: SR/TCR per task with quality against ground truth beside it."""
     from .bench import resolve_tasks, run_bench
 
@@ -197,7 +238,8 @@ def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
                       TimeElapsedColumn(), console=console) as bar:
             job = bar.add_task("cases", total=len(ids) * cases)
             report = run_bench(ids, cases, out, address=address, size=size, data=data, seed=seed,
-                               max_in_flight=max_in_flight, on_case_done=lambda row: bar.advance(job))
+                               max_in_flight=max_in_flight, on_case_done=lambda row: bar.advance(job),
+                               planner=planner, llm=llm, llm_record=llm_record, reflector=reflector)
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     _print_bench(report)
@@ -231,13 +273,18 @@ def _print_bench(report: dict) -> None:
 @app.command()
 def demo(out: Path = typer.Option(Path("demo_out"), help="output folder"),
          cases: int = typer.Option(1, "--cases", help="cases per task"),
-         address: Optional[str] = typer.Option(None, help="Ray address (default: local cluster)")) -> None:
+         address: Optional[str] = typer.Option(None, help="Ray address (default: local cluster)"),
+         tasks: str = typer.Option("all", help="all | task id[,task id...]"),
+         planner: str = _planner_opt(), llm: Optional[str] = _llm_opt(),
+         llm_record: Optional[Path] = _record_opt(), reflector: str = _reflector_opt()) -> None:
     """Synthesise a small mixed cohort (brain, prostate, cardiac, k-space) and run all nine tasks
-    end to end with the offline Brain on Ray; prints SR/TCR and quality per task."""
-    console.print(f"[bold]bcer demo[/]: {cases} synthetic case(s) per task, offline planner, "
-                  f"{'cluster ' + address if address else 'local Ray'}; outputs in {out}")
-    bench(tasks="all", cases=cases, out=out, address=address, size="small", data=None, seed=0,
-          max_in_flight=2)
+    end to end on Ray (offline Brain by default; ``--planner llm --llm local`` plans with the
+    local CPU model); prints SR/TCR and quality per task."""
+    console.print(f"[bold]bcer demo[/]: {cases} synthetic case(s) per task, {planner} planner"
+                  f"{' (' + llm + ')' if llm else ''}, {'cluster ' + address if address else 'local Ray'}; "
+                  f"outputs in {out}")
+    bench(tasks=tasks, cases=cases, out=out, address=address, size="small", data=None, seed=0,
+          max_in_flight=2, planner=planner, llm=llm, llm_record=llm_record, reflector=reflector)
     console.print(f"inspect a case: [bold]bcer trace {out}/runs/<task>/<case>[/]  ·  tables: {out}/runs/<task>/cohort.parquet")
 
 
