@@ -145,6 +145,16 @@ class VLLMBackend:
         opts, self._pg = engine_actor_options(model, tensor_parallel_size, extra=actor_options)
         self.actor = ray.remote(VLLMEngine).options(**opts).remote(model, tensor_parallel_size, engine_kwargs)
 
+    @classmethod
+    def attach(cls, actor: Any, model: str, tensor_parallel_size: int = 1,
+               call_timeout_s: float = 600.0) -> "VLLMBackend":
+        """A backend over an engine actor started elsewhere (custom resources, another driver's
+        named engine: ``ray.get_actor(engine_name(model, tp))``)."""
+        self = cls.__new__(cls)
+        self.model, self.tp, self.call_timeout_s, self.actor, self._pg = (model, tensor_parallel_size,
+                                                                           call_timeout_s, actor, None)
+        return self
+
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_pg"] = None  # the owner (driver) removes the placement group
