@@ -315,29 +315,31 @@ class LLMBrain:
                                   "round": rnd, "accepted": False, "reasons": [e.code.value]})
             raise
         domain, allowed = self._domain(case, contract), set(tools)
-        verdicts: list[tuple[str, list[ToolError]]] = []
+        verdicts: list[tuple[str, list[ToolError], str]] = []  # (answer, errors, stage: parse | compile)
         for text in reply.texts:
             try:
                 sketch = parse_plan(text, goal, domain, allowed)
+            except ToolError as e:
+                verdicts.append((text, [e], "parse"))
+                continue
+            try:
                 compile_plan(sketch, case, contract, registry=self._registry)
             except CompileError as e:
-                verdicts.append((text, list(e.errors)))
-                continue
-            except ToolError as e:
-                verdicts.append((text, [e]))
+                verdicts.append((text, list(e.errors), "compile"))
                 continue
             self._record_call(case, reply, purpose, rnd, verdicts, accepted=True)
             return sketch, text, []
         self._record_call(case, reply, purpose, rnd, verdicts, accepted=False)
-        text, errors = min(verdicts, key=lambda v: (v[1][0].code is ErrorCode.schema, len(v[1])))
+        text, errors, _ = min(verdicts, key=lambda v: (v[2] == "parse", len(v[1])))
         return None, text, errors
 
     def _record_call(self, case: Case, reply: LLMReply, purpose: str, rnd: int,
-                     verdicts: list[tuple[str, list[ToolError]]], accepted: bool) -> None:
-        for i, (_, errs) in enumerate(verdicts):
+                     verdicts: list[tuple[str, list[ToolError], str]], accepted: bool) -> None:
+        for i, (_, errs, stage) in enumerate(verdicts):
             self.events.add(case.id, "plan_rejected", error_code=errs[0].code.value,
                             message=f"candidate {i + 1} of round {rnd}: {errs[0].message[:300]}",
-                            data={"round": rnd, "candidate": i, "errors": [str(e)[:300] for e in errs[:8]]})
+                            data={"round": rnd, "candidate": i, "stage": stage,
+                                  "errors": [str(e)[:300] for e in errs[:8]]})
         reasons = [v[1][0].code.value for v in verdicts]
         self.events.add(case.id, "llm_call", duration_s=round(reply.latency_s, 4),
                         error_code=None if accepted else (reasons[0] if reasons else None),

@@ -15,6 +15,7 @@ not answer in time), ``resource`` (unreachable, unknown model, refused credentia
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -46,7 +47,7 @@ class OpenAIHTTPBackend:
     Args:
         base_url: server root or its ``/v1`` URL.
         model: model name; None: the first model ``/v1/models`` lists (``vllm serve`` serves one).
-        api_key: sent as a bearer token (``vllm serve --api-key``); default "EMPTY".
+        api_key: sent as a bearer token (``vllm serve --api-key``); default ``$BCER_LLM_API_KEY`` or "EMPTY".
         timeout_s: per request.
         max_retries: retries after the first try on 429/5xx/timeouts/refused connections.
         backoff_s: first back-off; doubles on each retry.
@@ -64,7 +65,8 @@ class OpenAIHTTPBackend:
                             f"got {structured!r}", arg="structured")
         self.base_url, given = split_spec(base_url)
         self.model = model or given or ""
-        self.api_key = api_key or "EMPTY"
+        # vllm serve --api-key KEY: pass it, or set BCER_LLM_API_KEY (never written to recordings)
+        self.api_key = api_key or os.environ.get("BCER_LLM_API_KEY") or "EMPTY"
         self.timeout_s, self.max_retries, self.backoff_s = timeout_s, max_retries, backoff_s
         self.structured = structured
         self._is_vllm: bool | None = {"vllm": True, "response_format": False}.get(structured)

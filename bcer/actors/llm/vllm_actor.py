@@ -13,7 +13,7 @@ does not find an enclosing placement group from the engine subprocess). Before a
 scheduled the cluster is checked (``ray.cluster_resources()`` and per-node GPUs): a cluster
 that cannot hold the engine fails AT ONCE with ``resource``, never a silent pending actor.
 
-vLLM is imported only inside the actor (the optional extra ``bcer[llm]`` / ``vllm>=0.12``);
+vLLM is imported only inside the actor (the optional extra ``bcer[vllm]``: ``vllm>=0.12``);
 the driver needs only ray.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ class VLLMEngine:
             import vllm
         except ImportError as e:
             raise ToolError(ErrorCode.resource, f"vllm is not installed on this worker ({e})",
-                            hint="pip install 'bcer[llm]' (vllm>=0.12) on the GPU nodes") from None
+                            hint="pip install 'bcer[vllm]' (vllm>=0.12) on the GPU nodes") from None
         kwargs = dict(engine_kwargs or {})
         if tensor_parallel_size > 1:
             kwargs.setdefault("distributed_executor_backend", "mp")
