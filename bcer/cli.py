@@ -40,7 +40,9 @@ def _reflector_opt():
 
 
 def _fail(err: Exception) -> None:
-    console.print(f"[bold red]error[/]: {err}")
+    from rich.markup import escape
+
+    console.print(f"[bold red]error[/]: {escape(str(err))}")  # "[schema] ..." is text, not markup
     raise typer.Exit(2)
 
 
@@ -114,12 +116,14 @@ def plan(case: Path = typer.Option(..., "--case", help="case folder (or dataset 
 
 def _print_planning(events: list[dict]) -> None:
     """llm: one line per planning event (LLM calls with tokens and latency, verdicts, fallbacks)."""
+    from rich.markup import escape
+
     for e in events:
         d = e.get("data") or {}
         tokens = (f" {d.get('prompt_tokens')}+{d.get('completion_tokens')} tokens {d.get('latency_s')} s"
                   if "latency_s" in d else "")
         colour = {"plan_rejected": "red", "plan_accepted": "green", "plan_fallback": "yellow"}.get(e["kind"], "dim")
-        console.print(f"[{colour}]{e['kind']}[/] {e.get('message', '')}{tokens}")
+        console.print(f"[{colour}]{e['kind']}[/] {escape(str(e.get('message', '')))}{tokens}")
 
 
 def _progress_run(study) -> "object":

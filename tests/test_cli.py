@@ -70,3 +70,34 @@ def test_data_synth_inspect_plan_run_trace(ray_local, tmp_path):
     assert code == 0 and "2/2 cases succeeded" in out
     code, out = invoke("cohort", "--data", data, "--task", "segment_brain", "--out", tmp_path / "cohort")
     assert code == 0 and "resumed 2" in out
+
+
+def test_plan_with_a_recorded_llm_and_bad_controller_flags(tmp_path):
+    """`bcer plan --planner llm --llm replay:FILE` replays a recorded model (no model here) and
+    prints its LLM calls; unknown planner/reflector/backend specs are typed errors."""
+    import importlib
+
+    import numpy as np
+
+    from bcer.actors.llm import make_backend
+    from bcer.actors.llm_brain import LLMBrain
+    from bcer.api import load_cases, plan_case
+    from bcer.contracts import Image
+    from bcer.tools.io import write_nifti
+
+    fake = importlib.import_module("tests.actors._fake_llm")
+    case_dir = tmp_path / "sub-01"
+    write_nifti(Image(np.ones((6, 6, 4), np.float32), np.eye(4)), case_dir / "anat" / "sub-01_T1w.nii.gz")
+    rec = tmp_path / "calls.jsonl"
+    answer = {"steps": [{"tool": "denoise.nlm", "id": "denoise_nlm", "args": {"image": "@seq.T1"}}]}
+    recording = make_backend(fake.ScriptedBackend([json.dumps(answer)]), record=rec)
+    plan_case(load_cases(case_dir)[0], task="denoise", planner=LLMBrain(recording))
+    code, out = invoke("plan", "--case", case_dir, "--task", "denoise", "--planner", "llm", "--llm", f"replay:{rec}")
+    assert code == 0, out
+    assert "denoise.nlm" in out and "llm_call" in out and "plan_accepted" in out
+    for flag, value in (("--planner", "gpt"), ("--llm", "carrier-pigeon")):
+        code, out = invoke("plan", "--case", case_dir, "--task", "denoise", *(
+            ("--planner", "llm", "--llm", value) if flag == "--llm" else (flag, value)))
+        assert code == 2 and "value_range" in out
+    code, out = invoke("plan", "--case", case_dir, "--task", "denoise", "--planner", "llm")
+    assert code == 2 and "need an LLM backend" in out
