@@ -92,14 +92,16 @@ def _args_schema(spec: ToolSpec, case: Case, ports: Mapping[str, list[str]]) -> 
 
 
 def plan_schema(tools: Mapping[str, ToolSpec], case: Case, max_steps: int = 8,
-                repeats: int = 2) -> dict[str, Any]:
+                repeats: int = 1) -> dict[str, Any]:
     """JSON schema of the plan an LLM may write for ``case`` with ``tools``.
 
     It is ``PlanSketch`` narrowed: ``steps`` items are ``PlanStep``s whose ``tool`` is one of
     ``tools`` (a ``const`` per ``anyOf`` branch), whose ``id`` is that tool's step id (a tool
     may appear ``repeats`` times), and whose ``args`` hold only that tool's ports (tokens of
-    the port's kind: the case's sequences, or outputs of the allowed tools) and params. The
-    goal and domain are not asked for: the planner knows them.
+    the port's kind: the case's sequences, or outputs of the allowed tools) and params; at most
+    ``repeats`` steps per tool (one by default: a second id variant invited a 135M model to
+    bind ``@node.<tool>_2...`` steps it never planned). The goal and domain are not asked for:
+    the planner knows them.
     """
     ids = {name: [step_id(name, i) for i in range(1, repeats + 1)] for name in tools}
     ports: dict[str, list[str]] = {}
@@ -114,7 +116,8 @@ def plan_schema(tools: Mapping[str, ToolSpec], case: Case, max_steps: int = 8,
                          "properties": {"tool": {"const": name}, "id": {"enum": ids[name]},
                                         "args": _args_schema(spec, case, ports)}})
     return {"title": "PlanSketch", "type": "object", "additionalProperties": False, "required": ["steps"],
-            "properties": {"steps": {"type": "array", "minItems": 1, "maxItems": max_steps,
+            "properties": {"steps": {"type": "array", "minItems": 1,
+                                     "maxItems": max(1, min(max_steps, repeats * len(tools))),
                                      "items": {"anyOf": branches}}}}
 
 
@@ -169,7 +172,7 @@ def plan_messages(goal: str, case: Case, contract: TaskContract | None, tools: M
         dels = ", ".join(f"{d.name} ({d.kind.value} at milestone {d.milestone})" for d in contract.deliverables)
         task = (f"task {contract.id}: milestones {', '.join(contract.milestones)}; deliverables {dels or 'none'}")
     user = (f"Goal: {goal}\n{task}\n{case_summary(case)}\nAllowed tools:\n{tools_text(tools)}\n"
-            f"Step ids are the tool name with '.' replaced by '_'. Example of the format (other tools):\n{EXAMPLE}")
+            f"Step ids are the tool name with '.' replaced by '_'; use each tool at most once. Example of the format (other tools):\n{EXAMPLE}")
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
@@ -215,7 +218,8 @@ class LLMBrain:
             ``--planner llm,offline``); None: the case is rejected with the last error.
         max_revisions: model rounds after the first that get the compiler's errors back.
         k: completions per round (pass@k; the first that compiles wins). k > 1 samples at
-            ``temperature``; k = 1 decodes greedily.
+            ``temperature``; k = 1 decodes the first round greedily.
+        revise_temperature: sampling temperature of revision rounds (seeded).
         max_tokens: per completion.
         registry: tool registry mapping (default: the global one).
     """
@@ -224,10 +228,13 @@ class LLMBrain:
 
     def __init__(self, backend: LLMBackend, fallback: Any = None, max_revisions: int = 2, k: int = 1,
                  temperature: float = 0.7, max_tokens: int = 512, max_steps: int = 8, seed: int = 0,
-                 registry: Mapping[str, Any] | None = None):
+                 registry: Mapping[str, Any] | None = None, revise_temperature: float = 0.7):
         self.backend, self.fallback = backend, fallback
         self.max_revisions, self.k, self.max_tokens, self.max_steps = max_revisions, k, max_tokens, max_steps
         self.temperature = temperature if k > 1 else 0.0
+        # a greedy model shown its own rejected answer tends to repeat it (measured: 3 identical
+        # rounds); revision rounds sample (seeded, so reruns and replays are identical)
+        self.revise_temperature = max(self.temperature, revise_temperature)
         self.seed = seed
         self._registry = registry
         self.events = PendingEvents()
@@ -306,8 +313,9 @@ class LLMBrain:
                ) -> tuple[PlanSketch | None, str, list[ToolError]]:
         """One model call: the first candidate that compiles, else the least bad one's text and errors."""
         schema = plan_schema(tools, case, self.max_steps)
+        temperature = self.temperature if purpose == "plan" else self.revise_temperature
         try:
-            reply = self.backend.complete(messages, json_schema=schema, n=self.k, temperature=self.temperature,
+            reply = self.backend.complete(messages, json_schema=schema, n=self.k, temperature=temperature,
                                           max_tokens=self.max_tokens, seed=self.seed + rnd)
         except ToolError as e:
             self.events.add(case.id, "llm_call", error_code=e.code.value, message=f"{purpose}: {e.message[:300]}",

@@ -96,8 +96,11 @@ def test_5xx_and_429_are_retried_a_bounded_number_of_times(httpserver) -> None:
 def test_timeout_is_typed_after_retries(httpserver) -> None:
     serve_models(httpserver)
 
+    served = []
+
     def slow(request):
         time.sleep(0.6)
+        served.append(1)
         return Response(json.dumps(completion("{}")), content_type="application/json")
 
     httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_handler(slow)
@@ -106,6 +109,8 @@ def test_timeout_is_typed_after_retries(httpserver) -> None:
         backend(httpserver, timeout_s=0.2, max_retries=1).complete(MESSAGES)
     assert err.value.code is ErrorCode.timeout and err.value.context["attempts"] == 2
     assert time.time() - t0 < 5
+    while len(served) < 2 and time.time() - t0 < 10:  # let the server finish the abandoned requests, so
+        time.sleep(0.1)                               # they cannot reach the next test's handlers
 
 
 def test_server_down_is_resource() -> None:
