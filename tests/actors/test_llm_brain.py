@@ -47,6 +47,7 @@ def test_schema_restricts_tools_ids_args_and_tokens(case: Case) -> None:
     bad_steps = [{**SEG, "tool": "denoise.nlm"},                                  # not allowed by the task
                  {**SEG, "id": "x"},                                               # not the tool's step id
                  {**SEG, "args": {**SEG["args"], "t1": "@seq.T9"}},                # no such sequence
+                 {**SEG, "args": {**SEG["args"], "t1": "@seq.T2"}},                # a port named after T1 takes T1
                  {**SEG, "args": {**SEG["args"], "t1": "@node.seg_brain_tumor.report"}},  # no such output
                  {**SEG, "args": {**SEG["args"], "shell": "rm -rf /"}},            # not a port or param
                  {**SEG, "args": {"t1": "@seq.T1"}}]                               # required ports unbound
