@@ -30,6 +30,7 @@ from bcer.actors.llm import make_backend
 from bcer.actors.llm_brain import LLMBrain
 from bcer.bench.cases import synth_task_cases
 from bcer.contracts import ToolError, load_contract
+from bcer.engine.compiler import compile_plan
 
 OUT = Path(__file__).parent / "results" / "llm_planner.json"
 
@@ -50,13 +51,13 @@ def plan_one(brain: LLMBrain, case, contract) -> dict:
     completions = sum(int(c["data"].get("n") or 0) for c in calls)
     try:
         off_sketch = OfflineBrain().plan(contract.goal, case, contract)
-        offline, off_steps = sorted(s.tool for s in off_sketch.steps), _steps(off_sketch)
+        offline, off_steps = sorted(s.tool for s in off_sketch.steps), _steps(off_sketch, case, contract)
     except ToolError:
         offline = off_steps = None
-    steps = _steps(sketch) if tools is not None else None
+    steps = _steps(sketch, case, contract) if tools is not None else None
     return {"case": case.id, "accepted": accepted is not None, "tools": tools, "offline_tools": offline,
             "same_tools_as_offline": tools is not None and sorted(tools) == offline,
-            # same tools AND the same bindings and params (step ids aside): the plan a person would write
+            # same compiled nodes: tools, bindings and params (defaults filled; ids aside)
             "same_plan_as_offline": steps is not None and steps == off_steps, "steps": steps,
             "revisions": accepted["data"]["revisions"] if accepted else None, "rounds": len(calls),
             "completions": completions, "parse_rejected": sum(r["data"]["stage"] == "parse" for r in rejected),
@@ -67,8 +68,10 @@ def plan_one(brain: LLMBrain, case, contract) -> dict:
             "plan_s": round(wall, 2), "error": error, "load_1min": round(os.getloadavg()[0], 2)}
 
 
-def _steps(sketch) -> list:
-    return sorted((s.tool, json.dumps(s.args, sort_keys=True, default=str)) for s in sketch.steps)
+def _steps(sketch, case, contract) -> list:
+    """The compiled nodes (tool, bindings, params with defaults filled), ids aside."""
+    wf = compile_plan(sketch, case, contract)
+    return sorted((n.tool, json.dumps({**n.inputs, **n.params}, sort_keys=True, default=str)) for n in wf.nodes)
 
 
 def summarise(rows: list[dict]) -> dict:
