@@ -42,14 +42,14 @@ def load_cases(path: str | Path, layout: str | None = None, seq: dict[str, str] 
 
 def make_planner(plan: str | Path | PlanSketch | None = None, planner: Any = None,
                  bundles: dict[str, str] | None = None):
-    """A sketch file/object replays as a StaticPlanner; otherwise the given or default planner.
-    With ``bundles`` ({tool: folder}, resolved) the planner's steps of those tools get their
-    ``bundle_dir``."""
+    """A sketch file/object replays as a StaticPlanner (it wins over a planner: the controller
+    always supplies one); otherwise the given or default planner. With ``bundles`` ({tool:
+    folder}, resolved) the planner's steps of those tools get their ``bundle_dir``."""
     from .engine.planning import StaticPlanner
 
-    if planner is None and isinstance(plan, PlanSketch):
+    if isinstance(plan, PlanSketch):
         planner = StaticPlanner(plan)
-    elif planner is None and plan is not None:
+    elif plan is not None:
         planner = StaticPlanner.from_file(plan)
     elif planner is None:
         from .actors.brain import OfflineBrain
@@ -104,6 +104,12 @@ class Study:
         r4: review report deliverables with the R4 loop (report tasks; default on).
         memory: exemplar-memory folder shared across cohorts (retrieval + curation); None: no memory.
         r4_llm: an ``LLMBackend`` the R4 drafter uses (None: the deterministic template drafter).
+        planner: a planner object, or ``"offline"`` | ``"llm"`` | ``"llm,offline"`` (LLM Brain,
+            offline Brain as fallback).
+        llm: LLM backend spec (``http://HOST:PORT/v1#MODEL``, ``vllm:MODEL``, ``local``,
+            ``replay:FILE``) or object, for an LLM planner and/or reflector tier.
+        llm_record: append every LLM call to this JSONL file (replay with ``llm="replay:FILE"``).
+        reflector: ``"tier1"`` or ``"tier1,llm"`` (an LLM repair tier behind tier 1).
     """
 
     data: str | Path | list[Case]
@@ -123,6 +129,9 @@ class Study:
     r4: bool | str = True
     memory: str | Path | None = None
     r4_llm: Any = None
+    llm: Any = None
+    llm_record: str | Path | None = None
+    reflector: str = "tier1"
 
     def cases(self) -> list[Case]:
         cases = (list(self.data) if isinstance(self.data, (list, tuple))
@@ -139,37 +148,62 @@ class Study:
         from .actors.bundles import bundle_read_roots, resolve_bundles
 
         bundles = resolve_bundles(self.bundles, self.model_dirs)
-        cfg = CohortConfig(out=Path(self.out), planner=make_planner(self.plan, self.planner, bundles),
-                           contract=contract, goal=self.goal, max_in_flight=self.max_in_flight,
-                           address=self.address, seed=self.seed,
-                           model_dirs=bundle_read_roots(bundles, self.model_dirs),
-                           reviewer=report_reviewer(contract, self.r4, self.memory, self.r4_llm))
-        return run_cohort(self.cases(), cfg, on_case_done=on_case_done, hooks=hooks)
+        with _controller(self.planner, self.llm, self.reflector, self.llm_record, self.address) as ctl:
+            cfg = CohortConfig(out=Path(self.out), planner=make_planner(self.plan, ctl.planner, bundles),
+                               contract=contract, goal=self.goal, max_in_flight=self.max_in_flight,
+                               address=self.address, seed=self.seed,
+                               model_dirs=bundle_read_roots(bundles, self.model_dirs),
+                               reviewer=report_reviewer(contract, self.r4, self.memory, self.r4_llm),
+                               reflector_tiers=ctl.tiers)
+            return run_cohort(self.cases(), cfg, on_case_done=on_case_done, hooks=hooks)
+
+
+def _controller(planner: Any, llm: Any, reflector: str, llm_record: str | Path | None, address: str | None):
+    """llm: the planner/reflector/backend of a run from specs; a planner object is used as given."""
+    from .actors.specs import Controller
+
+    spec = planner if isinstance(planner, str) or planner is None else "offline"
+    ctl = Controller(spec or "offline", llm=llm, reflector_spec=reflector, llm_record=llm_record, address=address)
+    if planner is not None and not isinstance(planner, str):
+        ctl.planner = planner
+    return ctl
 
 
 def run_case(case: Case | str | Path, *, task: str | TaskContract | None = None, goal: str | None = None,
              plan: str | Path | PlanSketch | None = None, out: str | Path = "bcer_out",
              address: str | None = None, layout: str | None = None, bundles: dict[str, str] | None = None,
              model_dirs: tuple[str, ...] = (), seq: dict[str, str] | None = None, r4: bool | str = True,
-             memory: str | Path | None = None) -> dict[str, Any]:
-    """Run one case; returns its row (status, sr, tcr, deliverables, measurements, error)."""
+             memory: str | Path | None = None, planner: Any = None, llm: Any = None,
+             llm_record: str | Path | None = None, reflector: str = "tier1") -> dict[str, Any]:
+    """Run one case; returns its row (status, sr, tcr, deliverables, measurements, error).
+    The keyword arguments are as for :class:`Study`."""
     cases = [case] if isinstance(case, Case) else load_cases(case, layout, seq)
     if len(cases) != 1:
         raise ToolError(ErrorCode.schema, f"{case} holds {len(cases)} cases; use Study for a cohort")
     result = Study(cases, task=task, goal=goal, plan=plan, out=out, address=address, max_in_flight=1,
-                   bundles=bundles, model_dirs=model_dirs, r4=r4, memory=memory).run()
+                   bundles=bundles, model_dirs=model_dirs, r4=r4, memory=memory,
+                   planner=planner, llm=llm, llm_record=llm_record, reflector=reflector).run()
     return result.rows[0]
 
 
 def plan_case(case: Case | str | Path, *, task: str | TaskContract | None = None, goal: str | None = None,
               plan: str | Path | PlanSketch | None = None, layout: str | None = None, planner: Any = None,
               bundles: dict[str, str] | None = None, model_dirs: tuple[str, ...] = (),
-              seq: dict[str, str] | None = None):
-    """Plan and compile without running: returns (sketch, workflow, revisions)."""
+              seq: dict[str, str] | None = None, llm: Any = None, llm_record: str | Path | None = None,
+              events: list | None = None):
+    """Plan and compile without running: returns (sketch, workflow, revisions).
+    ``planner``/``llm``/``llm_record`` as for :class:`Study`; planning events (LLM calls,
+    rejected plans, fallbacks) are appended to ``events`` when a list is given."""
     from .actors.bundles import resolve_bundles
     from .engine.planning import plan_and_compile
 
     cases = [case] if isinstance(case, Case) else load_cases(case, layout, seq)
     contract = _contract(task)
-    return plan_and_compile(make_planner(plan, planner, resolve_bundles(bundles, model_dirs)),
-                            goal or (contract.goal if contract else ""), cases[0], contract)
+    with _controller(planner, llm, "tier1", llm_record, None) as ctl:
+        chosen = make_planner(plan, ctl.planner, resolve_bundles(bundles, model_dirs))
+        try:
+            return plan_and_compile(chosen, goal or (contract.goal if contract else ""), cases[0], contract)
+        finally:
+            pop = getattr(chosen, "pop_events", None)
+            if pop is not None and events is not None:
+                events.extend(pop(cases[0].id))

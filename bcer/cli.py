@@ -23,8 +23,28 @@ app.add_typer(memory_app, name="memory")
 console = Console()
 
 
+# llm: the controller options shared by plan/run/cohort/bench/demo
+def _planner_opt():
+    return typer.Option("offline", "--planner", help="offline | llm | llm,offline (LLM Brain, offline fallback)")
+
+
+def _llm_opt():
+    return typer.Option(None, "--llm", help="LLM backend: http://HOST:PORT/v1 or http://HOST:PORT/v1#MODEL | vllm:MODEL "
+                        "or vllm:MODEL@TP | local or local:DIR | replay:FILE")
+
+
+def _record_opt():
+    return typer.Option(None, "--llm-record", help="append every LLM call (prompt, answer, digests) to this JSONL")
+
+
+def _reflector_opt():
+    return typer.Option("tier1", "--reflector", help="tier1 | tier1,llm (an LLM repair tier behind tier 1)")
+
+
 def _fail(err: Exception) -> None:
-    console.print(f"[bold red]error[/]: {err}")
+    from rich.markup import escape
+
+    console.print(f"[bold red]error[/]: {escape(str(err))}")  # "[schema] ..." is text, not markup
     raise typer.Exit(2)
 
 
@@ -113,19 +133,25 @@ def plan(case: Path = typer.Option(..., "--case", help="case folder (or dataset 
          seq: Optional[list[str]] = typer.Option(None, "--seq", help=_SEQ_HELP),
          bundle: Optional[list[str]] = typer.Option(None, "--bundle", help=_BUNDLE_HELP),
          model_dir: Optional[list[Path]] = typer.Option(None, "--model-dir", help=_MODEL_DIR_HELP),
+         planner: str = _planner_opt(), llm: Optional[str] = _llm_opt(),
+         llm_record: Optional[Path] = _record_opt(),
          as_json: bool = typer.Option(False, "--json", help="print sketch and workflow as one JSON object")) -> None:
     """Print the plan sketch and the compiled DAG without running anything."""
     from .api import plan_case
 
+    events: list[dict] = []
     try:
         sketch, workflow, revisions = plan_case(case, task=task, goal=goal, plan=plan_file, layout=layout,
-                                                bundles=_bundles(bundle), model_dirs=_dirs(model_dir), seq=_seq(seq))
+                                                bundles=_bundles(bundle), model_dirs=_dirs(model_dir), seq=_seq(seq),
+                                                planner=planner, llm=llm, llm_record=llm_record, events=events)
     except (ToolError, FileNotFoundError) as e:
+        _print_planning(events)
         _fail(e)
     if as_json:
         typer.echo(json.dumps({"sketch": sketch.model_dump(mode="json"), "workflow": workflow.model_dump(mode="json"),
-                               "revisions": revisions}, indent=2, default=str))
+                               "revisions": revisions, "planning_events": events}, indent=2, default=str))
         return
+    _print_planning(events)
     console.print_json(sketch.model_dump_json())
     if _narrow(120):
         console.print(f"workflow for {workflow.case_id} ({len(workflow.nodes)} nodes, {revisions} revisions)")
@@ -149,6 +175,18 @@ def plan(case: Path = typer.Option(..., "--case", help="case folder (or dataset 
     console.print(t)
     for d in workflow.deliverables:
         console.print(f"deliverable [bold]{d.name}[/] ← @node.{d.node}.{d.field} → {d.file}")
+
+
+def _print_planning(events: list[dict]) -> None:
+    """llm: one line per planning event (LLM calls with tokens and latency, verdicts, fallbacks)."""
+    from rich.markup import escape
+
+    for e in events:
+        d = e.get("data") or {}
+        tokens = (f" {d.get('prompt_tokens')}+{d.get('completion_tokens')} tokens {d.get('latency_s')} s"
+                  if "latency_s" in d else "")
+        colour = {"plan_rejected": "red", "plan_accepted": "green", "plan_fallback": "yellow"}.get(e["kind"], "dim")
+        console.print(f"[{colour}]{e['kind']}[/] {escape(str(e.get('message', '')))}{tokens}")
 
 
 def _progress_run(study) -> "object":
@@ -188,7 +226,9 @@ def run(case: Path = typer.Option(..., "--case", help="case folder"),
         bundle: Optional[list[str]] = typer.Option(None, "--bundle", help=_BUNDLE_HELP),
         model_dir: Optional[list[Path]] = typer.Option(None, "--model-dir", help=_MODEL_DIR_HELP),
         r4: str = typer.Option("on", "--r4", help="R4 review of report deliverables: on | off"),
-        memory: Optional[Path] = typer.Option(None, "--memory", help="exemplar-memory folder (shared across cohorts)")) -> None:
+        memory: Optional[Path] = typer.Option(None, "--memory", help="exemplar-memory folder (shared across cohorts)"),
+        planner: str = _planner_opt(), llm: Optional[str] = _llm_opt(),
+        llm_record: Optional[Path] = _record_opt(), reflector: str = _reflector_opt()) -> None:
     """Run one case."""
     from .api import Study, load_cases
 
@@ -199,7 +239,8 @@ def run(case: Path = typer.Option(..., "--case", help="case folder"),
             _fail(ValueError(f"{case} holds {len(cases)} cases; use `bcer cohort`"))
         result = _progress_run(Study(cases, task=task, goal=goal, plan=plan_file, out=out,
                                      address=address, max_in_flight=1, bundles=_bundles(bundle),
-                                     model_dirs=_dirs(model_dir), r4=r4_on, memory=memory))
+                                     model_dirs=_dirs(model_dir), r4=r4_on, memory=memory, planner=planner,
+                                     llm=llm, llm_record=llm_record, reflector=reflector))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     row = result.rows[0]
@@ -223,6 +264,8 @@ def cohort(data: Path = typer.Option(..., "--data", help="dataset folder"),
            model_dir: Optional[list[Path]] = typer.Option(None, "--model-dir", help=_MODEL_DIR_HELP),
            r4: str = typer.Option("on", "--r4", help="R4 review of report deliverables: on | off"),
            memory: Optional[Path] = typer.Option(None, "--memory", help="exemplar-memory folder (shared across cohorts)"),
+           planner: str = _planner_opt(), llm: Optional[str] = _llm_opt(),
+           llm_record: Optional[Path] = _record_opt(), reflector: str = _reflector_opt(),
            report: bool = typer.Option(True, "--report/--no-report", help="write the HTML pages (OUT/report)"),
            as_json: bool = typer.Option(False, "--json", help="print the summary and rows as JSON")) -> None:
     """Run many cases; a failing case becomes a row, the others finish; reruns skip _DONE cases."""
@@ -233,7 +276,8 @@ def cohort(data: Path = typer.Option(..., "--data", help="dataset folder"),
         result = _progress_run(Study(data, task=task, goal=goal, plan=plan_file, out=out, layout=layout,
                                      address=address, max_in_flight=max_in_flight, limit=limit,
                                      bundles=_bundles(bundle), model_dirs=_dirs(model_dir), seq=_seq(seq),
-                                     r4=r4_on, memory=memory))
+                                     r4=r4_on, memory=memory, planner=planner, llm=llm, llm_record=llm_record,
+                                     reflector=reflector))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     if as_json:
@@ -293,6 +337,8 @@ def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
           seed: int = typer.Option(0), max_in_flight: int = typer.Option(2, help="cases in flight per task"),
           bundle: Optional[list[str]] = typer.Option(None, "--bundle", help=_BUNDLE_HELP),
           model_dir: Optional[list[Path]] = typer.Option(None, "--model-dir", help=_MODEL_DIR_HELP),
+          planner: str = _planner_opt(), llm: Optional[str] = _llm_opt(),
+          llm_record: Optional[Path] = _record_opt(), reflector: str = _reflector_opt(),
           report: bool = typer.Option(True, "--report/--no-report", help="write the HTML pages (OUT/report)"),
           as_json: bool = typer.Option(False, "--json", help="print the per-task summary as JSON")) -> None:
     """Task-contract benchmark: SR/TCR per task with quality against ground truth beside it."""
@@ -306,7 +352,8 @@ def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
             job = bar.add_task("cases", total=len(ids) * cases)
             result = run_bench(ids, cases, out, address=address, size=size, data=data, seed=seed,
                                max_in_flight=max_in_flight, on_case_done=lambda row: bar.advance(job),
-                               bundles=bundles, model_dirs=_dirs(model_dir))
+                               bundles=bundles, model_dirs=_dirs(model_dir), planner=planner, llm=llm,
+                               llm_record=llm_record, reflector=reflector)
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     if as_json:
@@ -347,13 +394,19 @@ def _print_bench(report: dict) -> None:
 @app.command()
 def demo(out: Path = typer.Option(Path("demo_out"), help="output folder"),
          cases: int = typer.Option(1, "--cases", help="cases per task"),
-         address: Optional[str] = typer.Option(None, help="Ray address (default: local cluster)")) -> None:
+         address: Optional[str] = typer.Option(None, help="Ray address (default: local cluster)"),
+         tasks: str = typer.Option("all", help="all | task id[,task id...]"),
+         planner: str = _planner_opt(), llm: Optional[str] = _llm_opt(),
+         llm_record: Optional[Path] = _record_opt(), reflector: str = _reflector_opt()) -> None:
     """Synthesise a small mixed cohort (brain, prostate, cardiac, k-space) and run every task
-    end to end with the offline Brain on Ray; prints SR/TCR and quality per task."""
-    console.print(f"[bold]bcer demo[/]: {cases} synthetic case(s) per task, offline planner, "
-                  f"{'cluster ' + address if address else 'local Ray'}; outputs in {out}")
-    bench(tasks="all", cases=cases, out=out, address=address, size="small", data=None, seed=0,
-          max_in_flight=2, bundle=None, model_dir=None, report=True, as_json=False)
+    end to end on Ray (offline Brain by default; ``--planner llm --llm local`` plans with the
+    local CPU model); prints SR/TCR and quality per task."""
+    console.print(f"[bold]bcer demo[/]: {cases} synthetic case(s) per task, {planner} planner"
+                  f"{' (' + llm + ')' if llm else ''}, {'cluster ' + address if address else 'local Ray'}; "
+                  f"outputs in {out}")
+    bench(tasks=tasks, cases=cases, out=out, address=address, size="small", data=None, seed=0,
+          max_in_flight=2, bundle=None, model_dir=None, planner=planner, llm=llm, llm_record=llm_record,
+          reflector=reflector, report=True, as_json=False)
     console.print(f"inspect a case: [bold]bcer trace {out}/runs/<task>/<case>[/]  ·  tables: {out}/runs/<task>/cohort.parquet")
 
 

@@ -136,3 +136,34 @@ def test_memory_add_stats_search_export(tmp_path):
 def test_r4_flag_is_validated(tmp_path):
     code, out = invoke("run", "--case", tmp_path, "--task", "cardiac_report", "--r4", "maybe", "--out", tmp_path / "o")
     assert code == 2 and "--r4 must be on or off" in out
+
+
+def test_plan_with_a_recorded_llm_and_bad_controller_flags(tmp_path):
+    """`bcer plan --planner llm --llm replay:FILE` replays a recorded model (no model here) and
+    prints its LLM calls; unknown planner/reflector/backend specs are typed errors."""
+    import importlib
+
+    import numpy as np
+
+    from bcer.actors.llm import make_backend
+    from bcer.actors.llm_brain import LLMBrain
+    from bcer.api import load_cases, plan_case
+    from bcer.contracts import Image
+    from bcer.tools.io import write_nifti
+
+    fake = importlib.import_module("tests.actors._fake_llm")
+    case_dir = tmp_path / "sub-01"
+    write_nifti(Image(np.ones((6, 6, 4), np.float32), np.eye(4)), case_dir / "anat" / "sub-01_T1w.nii.gz")
+    rec = tmp_path / "calls.jsonl"
+    answer = {"steps": [{"tool": "denoise.nlm", "id": "denoise_nlm", "args": {"image": "@seq.T1"}}]}
+    recording = make_backend(fake.ScriptedBackend([json.dumps(answer)]), record=rec)
+    plan_case(load_cases(case_dir)[0], task="denoise", planner=LLMBrain(recording))
+    code, out = invoke("plan", "--case", case_dir, "--task", "denoise", "--planner", "llm", "--llm", f"replay:{rec}")
+    assert code == 0, out
+    assert "denoise.nlm" in out and "llm_call" in out and "plan_accepted" in out
+    for flag, value in (("--planner", "gpt"), ("--llm", "carrier-pigeon")):
+        code, out = invoke("plan", "--case", case_dir, "--task", "denoise", *(
+            ("--planner", "llm", "--llm", value) if flag == "--llm" else (flag, value)))
+        assert code == 2 and "value_range" in out
+    code, out = invoke("plan", "--case", case_dir, "--task", "denoise", "--planner", "llm")
+    assert code == 2 and "need an LLM backend" in out

@@ -304,6 +304,15 @@ def _plannable(spec: ToolSpec) -> bool:
     return spec.milestone is not None and not spec.params_schema.get("required")
 
 
+def plannable_tools(case: Case, contract: TaskContract | None = None,
+                    registry: Mapping[str, Any] | None = None) -> dict[str, ToolSpec]:
+    """Tools a planner may put in a plan for this case: plannable, allowed by the contract, and
+    of the case's domain (or domain-free). Shared by the offline and the LLM Brain."""
+    return {n: s for n, s in _registry(registry).items()
+            if _plannable(s) and (contract is None or contract.allows(n))
+            and (case.domain in ("unknown", "") or not tool_domains(s) or case.domain in tool_domains(s))}
+
+
 class OfflineBrain:
     """The default planner (``name = "offline"``): backward chaining over ToolSpecs.
 
@@ -369,10 +378,7 @@ class OfflineBrain:
 
     # ---- steps ----------------------------------------------------------------------------
     def _builder(self, goal: str, case: Case, contract: TaskContract | None) -> _Builder:
-        specs = {n: s for n, s in _registry(self._registry).items()
-                 if _plannable(s) and (contract is None or contract.allows(n))
-                 and (case.domain in ("unknown", "") or not tool_domains(s) or case.domain in tool_domains(s))}
-        return _Builder(case, contract, goal, specs)
+        return _Builder(case, contract, goal, plannable_tools(case, contract, self._registry))
 
     @staticmethod
     def _check_domain(goal: str, case: Case, contract: TaskContract | None) -> None:
@@ -503,4 +509,4 @@ class OfflineBrain:
                 step.args[param] = f"@case.{key}"
 
 
-__all__ = ["OfflineBrain", "goal_domain", "goal_milestones", "tool_domains"]
+__all__ = ["OfflineBrain", "goal_domain", "goal_milestones", "plannable_tools", "tool_domains"]

@@ -98,6 +98,12 @@ class BundleBinder:
         self.bundles = dict(bundles)
         self.name = getattr(inner, "name", "planner")
 
+    def __getattr__(self, name: str) -> Any:
+        """Everything else of the wrapped planner (``deterministic``, ``pop_events``, ...)."""
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
     def _bind(self, sketch: PlanSketch) -> PlanSketch:
         for step in sketch.steps:
             folder = self.bundles.get(step.tool)

@@ -80,7 +80,8 @@ def _read_cases(root: Path) -> list[Case]:
 
 def _run_task(task: str, cases: list[Case], out: Path, address: str | None, seed: int,
               max_in_flight: int, on_case_done: Callable[[dict], None] | None,
-              bundles: dict[str, str] | None = None, read_roots: tuple[str, ...] = ()) -> dict[str, Any]:
+              bundles: dict[str, str] | None = None, read_roots: tuple[str, ...] = (),
+              controller: Any = None) -> dict[str, Any]:
     from ..actors.brain import OfflineBrain
     from ..actors.bundles import BundleBinder
     from ..engine.cohort import CohortConfig, run_cohort
@@ -88,10 +89,13 @@ def _run_task(task: str, cases: list[Case], out: Path, address: str | None, seed
     contract = load_contract(task)
     from ..api import report_reviewer
 
-    planner = BundleBinder(OfflineBrain(), bundles) if bundles else OfflineBrain()
+    planner = controller.new_planner() if controller is not None else OfflineBrain()  # llm: --planner
+    if bundles:
+        planner = BundleBinder(planner, bundles)
     cfg = CohortConfig(out=out / "runs" / task, planner=planner, contract=contract,
                        max_in_flight=max_in_flight, address=address, seed=seed, model_dirs=read_roots,
-                       reviewer=report_reviewer(contract))  # report tasks run the R4 loop (no memory)
+                       reviewer=report_reviewer(contract),  # report tasks run the R4 loop (no memory)
+                       reflector_tiers=controller.tiers if controller is not None else None)
     t0 = time.time()
     result = run_cohort(cases, cfg, on_case_done=on_case_done)
     by_id = {c.id: c for c in cases}
@@ -113,8 +117,8 @@ def _run_task(task: str, cases: list[Case], out: Path, address: str | None, seed
 
 def run_task_cases(cases: dict[str, list[Case]], out: str | Path, address: str | None = None, seed: int = 0,
                    max_in_flight: int = 2, on_case_done: Callable[[dict], None] | None = None,
-                   bundles: dict[str, str] | None = None, read_roots: tuple[str, ...] = ()
-                   ) -> list[dict[str, Any]]:
+                   bundles: dict[str, str] | None = None, read_roots: tuple[str, ...] = (),
+                   controller: Any = None) -> list[dict[str, Any]]:
     """Run every task's cases on Ray, one cohort per task, all tasks concurrently.
 
     Returns:
@@ -126,7 +130,7 @@ def run_task_cases(cases: dict[str, list[Case]], out: str | Path, address: str |
     resolve_registry()  # import every tool module once, before the task threads plan concurrently
     with ThreadPoolExecutor(max_workers=max(1, len(cases)), thread_name_prefix="bcer-bench") as pool:
         futures = [pool.submit(_run_task, t, cs, Path(out), address, seed, max_in_flight, on_case_done,
-                               bundles, read_roots) for t, cs in cases.items()]
+                               bundles, read_roots, controller) for t, cs in cases.items()]
         return [f.result() for f in futures]
 
 
@@ -172,7 +176,8 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
               address: str | None = None, size: str = "small", data: str | Path | None = None,
               seed: int = 0, max_in_flight: int = 2,
               on_case_done: Callable[[dict], None] | None = None,
-              bundles: dict[str, str] | None = None, model_dirs: Iterable[str] = ()) -> dict[str, Any]:
+              bundles: dict[str, str] | None = None, model_dirs: Iterable[str] = (), planner: str = "offline",
+              llm: Any = None, llm_record: str | Path | None = None, reflector: str = "tier1") -> dict[str, Any]:
     """Run the benchmark and write ``OUT/bench.json``.
 
     Args:
@@ -188,6 +193,8 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
         bundles: ``{tool: bundle folder}`` the planner binds as ``bundle_dir`` (relative
             folders are looked up under ``model_dirs``).
         model_dirs: read-only folders of local model bundles.
+        planner, llm, llm_record, reflector: as for ``bcer.Study`` (``--planner``, ``--llm``,
+            ``--llm-record``, ``--reflector``); one backend serves every task.
 
     Returns:
         ``{"config", "tasks": {id: summary}, "cases": [rows], "total_wall_s", "synth_s"}``.
@@ -195,9 +202,12 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
     from ..actors.bundles import bundle_read_roots, resolve_bundles
     from ..engine.cluster import ensure_ray
 
+    from ..actors.specs import check_planner, check_reflector
+
     ids = resolve_tasks(tasks)
     model_dirs = [str(d) for d in model_dirs]
     bundles = resolve_bundles(bundles, model_dirs)
+    check_planner(planner), check_reflector(reflector)  # before minutes of synthesis
     if size not in ("small", "full"):
         raise ToolError(ErrorCode.value_range, f"size must be small or full, got {size!r}", arg="size")
     for t in ids:
@@ -209,14 +219,18 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
     cases = {t: _cases_for(t, n_cases, out, size, Path(data) if data else None, seed) for t in ids}
     synth_s = time.time() - t0
     resources = ensure_ray(address)
+    from ..actors.specs import Controller
+
     t1 = time.time()
-    results = run_task_cases(cases, out, address, seed, max_in_flight, on_case_done, bundles,
-                             bundle_read_roots(bundles, model_dirs))
+    with Controller(planner, llm=llm, reflector_spec=reflector, llm_record=llm_record, address=address) as ctl:
+        results = run_task_cases(cases, out, address, seed, max_in_flight, on_case_done, bundles,
+                                 bundle_read_roots(bundles, model_dirs), ctl)
     run_s = time.time() - t1
     summary = {r["task"]: task_summary(load_contract(r["task"]), r["rows"], r["wall_s"]) for r in results}
     report = {
         "config": {"tasks": ids, "n_cases": n_cases, "size": size if data is None else None,
-                   "data": str(data) if data else None, "seed": seed, "planner": "offline",
+                   "data": str(data) if data else None, "seed": seed, "planner": planner, "reflector": reflector,
+                   "llm": llm if isinstance(llm, str) or llm is None else getattr(llm, "name", "object"),
                    "max_in_flight_per_task": max_in_flight, "cluster": resources, "bundles": bundles},
         "tasks": summary, "cases": [row for r in results for row in r["rows"]],
         "synth_s": round(synth_s, 2), "run_s": round(run_s, 2), "total_wall_s": round(time.time() - t0, 2),

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 from ..contracts import Case, ErrorCode, TaskContract, ToolError
 from ..contracts.sequences import canonical_sequence
 from ..tools.io import write_json
-from .planning import Planner, plan_and_compile
+from .planning import Planner, plan_and_compile, write_planner_events
 
 log = logging.getLogger(__name__)
 ROW_FILE = "result.json"
@@ -39,6 +39,7 @@ class CohortConfig:
     resume: bool = True
     model_dirs: tuple[str, ...] = ()  # read-only folders for local model bundles (sandbox)
     reviewer: Any = None  # report reviewer (R4), or a zero-argument factory called once Ray is up
+    reflector_tiers: list | None = None  # llm: repair tiers of the pool (None: tier 1 only)
 
     @property
     def goal_text(self) -> str:
@@ -133,9 +134,11 @@ def run_one(case: Case, cfg: CohortConfig, reflector=None, hooks: Iterable = ())
         sketch, workflow, revisions = plan_and_compile(cfg.planner, cfg.goal_text, case, cfg.contract,
                                                        cfg.max_revisions)
     except ToolError as e:
+        write_planner_events(cfg.planner, case.id, case_dir, cfg.run_id)  # llm: why no plan
         row = _error_row(case, cfg, e.with_context(case=case.id), "rejected", t0)
         write_json(row, case_dir / ROW_FILE)
         return row
+    write_planner_events(cfg.planner, case.id, case_dir, cfg.run_id)  # llm: LLM calls, plan verdicts
     write_json(sketch.model_dump(mode="json"), case_dir / "plan.json")
     ctx = RunContext(run_id=cfg.run_id, output_dir=case_dir, seed=cfg.seed, read_roots=tuple(cfg.model_dirs),
                      reviewer=cfg.reviewer)
@@ -197,7 +200,7 @@ def run_cohort(cases: Iterable[Case], cfg: CohortConfig,
         from ..tools.registry import load_all
 
         load_all()  # before the case threads start planning
-        reflector = _reflector(cfg.run_id, 2 if cfg.max_in_flight > 2 else 1)
+        reflector = _reflector(cfg.run_id, 2 if cfg.max_in_flight > 2 else 1, cfg.reflector_tiers)
         from .review import release_reviewer, resolve_reviewer
 
         factory, cfg.reviewer = cfg.reviewer, resolve_reviewer(cfg.reviewer)
@@ -220,13 +223,13 @@ def run_cohort(cases: Iterable[Case], cfg: CohortConfig,
     return result
 
 
-def _reflector(run_id: str, size: int = 2):
-    """A small pool shared by the cases of the cohort (a later tier 2 holds an LLM client).
+def _reflector(run_id: str, size: int = 2, tiers: list | None = None):
+    """A small pool shared by the cases of the cohort (tier 2 holds an LLM client).
     Named by run, so cohorts running side by side (one per task in ``bcer bench``) never share
     a repair budget for cases that have the same id."""
     from ..actors.reflector import ReflectorPool
 
-    return ReflectorPool(size, prefix=f"bcer_reflector_{run_id}")
+    return ReflectorPool(size, prefix=f"bcer_reflector_{run_id}", tiers=tiers)
 
 
 def _release(pool) -> None:

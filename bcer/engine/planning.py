@@ -51,6 +51,24 @@ class StaticPlanner:
         return None
 
 
+def write_planner_events(planner: Planner, case_id: str, case_dir: Path, run_id: str) -> int:
+    """Append the planner's pending events of a case (LLM calls, rejected and accepted plans,
+    fallbacks) to the case's ``events.jsonl``; a planner without ``pop_events`` has none.
+
+    The planner runs before the case's trace is opened, so its events wait in the planner
+    until the engine writes them here, with their own times. Returns how many were written.
+    """
+    from .trace import TraceWriter
+
+    pop = getattr(planner, "pop_events", None)
+    events = pop(case_id) if pop is not None else []
+    if events:
+        with TraceWriter(case_dir, run_id, case_id) as trace:
+            for e in events:
+                trace.emit(**e)
+    return len(events)
+
+
 def plan_and_compile(planner: Planner, goal: str, case: Case, contract: TaskContract | None = None,
                      max_revisions: int = 2) -> tuple[PlanSketch, Workflow, int]:
     """Plan, compile, and hand compile errors back to the planner at most ``max_revisions`` times.

@@ -99,12 +99,34 @@ def ask_reflector(run: Any, node: Node, err: dict[str, Any], attempt: int) -> An
             import ray
 
             ref = refl.repair.remote(failure, run.wf, run.case, run.contract)
-            return ray.get(ref, timeout=run.ctx.reflector_timeout_s)
-        return refl.repair(failure, run.wf, run.case, run.contract)
+            verdict = ray.get(ref, timeout=run.ctx.reflector_timeout_s)
+        else:
+            verdict = refl.repair(failure, run.wf, run.case, run.contract)
     except Exception as e:  # an unreachable or crashing reflector halts this node, not the driver
         log.exception("reflector failed on %s/%s", run.case.id, node.id)
         return Halt(node_id=node.id, code=ErrorCode.internal.value,
                     reason=f"reflector failed: {type(e).__name__}: {e}")
+    _trace_repair_events(run, refl)
+    return verdict
+
+
+def _trace_repair_events(run: Any, refl: Any) -> None:
+    """llm: the Reflector's pending events of this case (tier-2 ``llm_call``s) into its trace."""
+    drain = getattr(refl, "drain_events", None)
+    if drain is None:
+        return
+    try:
+        if hasattr(drain, "remote"):
+            import ray
+
+            events = ray.get(drain.remote(run.case.id), timeout=run.ctx.reflector_timeout_s)
+        else:
+            events = drain(run.case.id)
+    except Exception:  # the audit detail is lost, the repair verdict stands
+        log.exception("cannot read the reflector's events of case %s", run.case.id)
+        return
+    for e in events:
+        run.trace.emit(**e)
 
 
 def apply_patch(workflow: Workflow, node: Node, patch: Any, device_override: dict[str, str]) -> list[Node]:
