@@ -29,7 +29,10 @@ pytestmark = pytest.mark.timeout(240)
 
 def nifti_case(root: Path, case_id: str, shape=(8, 8, 4), seed: int = 0) -> Case:
     root.mkdir(parents=True, exist_ok=True)
-    data = np.random.default_rng(seed).normal(100, 10, shape).astype(np.float32)
+    # a bright ball in noise: denoising it keeps the image (pure noise would not stay plausible)
+    grid = np.indices(shape).astype(np.float32) - (np.asarray(shape, np.float32) - 1)[:, None, None, None] / 2
+    ball = 200.0 * (np.sqrt((grid ** 2).sum(0)) < min(shape) / 2)
+    data = (ball + np.random.default_rng(seed).normal(100, 10, shape)).astype(np.float32)
     path = write_nifti(Image(data, np.diag([1.5, 1.5, 3.0, 1.0])), root / f"{case_id}_t1.nii.gz")
     return Case(id=case_id, root=str(root), domain="brain", sequences={"T1": SequenceRef(path=str(path))})
 
