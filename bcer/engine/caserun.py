@@ -5,6 +5,7 @@ Used by ``executor.run_case_workflow``; one CaseRun per case, driven from one th
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -25,6 +26,8 @@ from .trace import TraceWriter, call_hooks
 log = logging.getLogger(__name__)
 _POLL_S = 1.0
 _NO_REPAIR = {ErrorCode.worker_lost.value, ErrorCode.timeout.value}
+_HALT_CASE = {ErrorCode.sandbox.value, ErrorCode.input_missing.value}
+_TIMEOUT_RETRIES = 1
 
 
 class CaseRun:
@@ -55,6 +58,7 @@ class CaseRun:
         self.error: dict[str, Any] | None = None
         self.halted = False
         self.repairs = 0
+        self.timeouts: dict[str, int] = {}
         self.deps: dict[str, tuple[set[str], set[str]]] = {}
 
     # ---- the loop -------------------------------------------------------------------------
@@ -117,6 +121,9 @@ class CaseRun:
         ref = resolved_ref(self.case, key)
         try:
             self.sandbox.check_read(ref.path)
+            if not os.path.exists(ref.path):  # checked here, before any node runs (a halt leaves nothing)
+                raise ToolError(ErrorCode.input_missing, f"sequence {key} of case {self.case.id} is listed but "
+                                f"{ref.path} does not exist", hint="restore the file or drop the sequence")
         except ToolError as e:
             self.seq_meta[key] = {"ok": False, "error": e.with_context(file=ref.path).to_dict()}
             self._on_seq_failed(key)
@@ -225,6 +232,9 @@ class CaseRun:
         err["context"] = dict(err.get("context", {}), sequence=key)
         self.trace.emit("failed", node=f"seq.{key}", tool="io.load_sequence", error_code=err["code"],
                         message=err["message"])
+        if err["code"] in _HALT_CASE:  # a case reading outside its root or missing data halts whole
+            self._halt_case(f"seq.{key}", err)
+            return
         for n in self.wf.nodes:
             if key in self.deps.get(n.id, (set(), set()))[1] and self.status[n.id] == "pending":
                 self._give_up(n, err, halted=False)
@@ -238,6 +248,8 @@ class CaseRun:
             from .executor import error_from_ray
 
             err = error_from_ray(e)
+            if err["code"] == ErrorCode.timeout.value and self._retry_timeout(node, err, attempt):
+                return
             self._on_failure(node, err, attempt, repairable=err["code"] not in _NO_REPAIR)
             return
         if not meta.get("ok"):
@@ -330,6 +342,29 @@ class CaseRun:
         self._ensure_loads()
         self.status[node.id] = "pending"
         self.trace.emit("retried", node=node.id, tool=node.tool, attempt=attempt + 1)
+
+    def _retry_timeout(self, node: Node, err: dict[str, Any], attempt: int) -> bool:
+        """A timed-out node (cancelled) is re-submitted unchanged once: a hang is most often
+        transient (stuck I/O, a wedged worker); a second timeout fails it for good."""
+        if self.timeouts.get(node.id, 0) >= _TIMEOUT_RETRIES or attempt >= self.ctx.max_attempts_per_node:
+            return False
+        self.timeouts[node.id] = self.timeouts.get(node.id, 0) + 1
+        self.trace.emit("failed", node=node.id, tool=node.tool, attempt=attempt, error_code=err["code"],
+                        message=err["message"])
+        self.trace.emit("retried", node=node.id, tool=node.tool, attempt=attempt + 1,
+                        message="timed out: re-submitted unchanged")
+        self.status[node.id] = "pending"
+        return True
+
+    def _halt_case(self, where: str, err: dict[str, Any]) -> None:
+        """Stop the case: no pending node runs (nothing else is written); the error is the case's."""
+        for n in self.wf.nodes:
+            if self.status[n.id] == "pending":
+                self._block(n.id, f"the case halted: {err['code']} at {where}")
+        ctx = err.get("context", {})
+        self.error = {"code": err["code"], "message": err["message"], "hint": err.get("hint", ""), "node": where,
+                      "tool": None, "file": ctx.get("file"), "context": ctx, "halt_reason": f"{err['code']} halts at once"}
+        self.halted = True
 
     def _give_up(self, node: Node, err: dict[str, Any], *, halted: bool) -> None:
         """The node failed for good: block its dependents; a required node fails the case."""
