@@ -284,6 +284,8 @@ class _Builder:
 
     def _sig_of_token(self, tok: str) -> tuple:
         parts = tok.split(".")
+        if len(parts) < 2 or parts[0] not in ("@seq", "@node"):  # a literal (e.g. a path): no producer
+            return ("?", tok)
         if parts[0] == "@seq":
             return ("seq", parts[1])
         step = next((s for s in self.steps if s.id == parts[1]), None)
@@ -477,7 +479,7 @@ class OfflineBrain:
                 continue
             aggregator = not any(p.required for p in spec.inputs)
             below = self._downstream(b, step.id)
-            taken = set(step.args.values())
+            taken = {v for v in step.args.values() if isinstance(v, str)}  # list params are not bindings
             for by_kind in (False, True):  # same-name sources first, then (sinks only) by kind
                 for port in spec.inputs:
                     if port.required or port.name in step.args or (step.id, port.name) in blocked:

@@ -18,8 +18,8 @@ token_mutation         plan    yes           a reference (``@seq.*``/``@node.*``
                                              gets a typo that resolves to nothing
 path_mutation          plan    yes           one case input is given as a literal file path
                                              with a slip (extension, folder, name)
-argument_omission      plan    yes           one required input (or a param the planner set)
-                                             is left out of one step
+argument_omission      plan    yes           one required input (port or param without
+                                             default) is left out of one step
 semantic_swap          plan    yes           two inputs with task-defined roles exchanged
                                              (fixed/moving, t1c/flair, adc/dwi), or the task's
                                              primary input replaced by another sequence
@@ -281,16 +281,18 @@ def _path_mutation(sketch: PlanSketch, case: Case, contract: TaskContract | None
 
 def _argument_omission(sketch: PlanSketch, case: Case, contract: TaskContract | None, rng: random.Random,
                        specs: dict[str, Any]) -> Fault:
-    """A required input port the step binds, or a param the planner set on purpose. Optional
-    inputs are not targeted: leaving one out is a different (valid) plan, not a detectable fault."""
+    """A required argument the step sets: a required input port or a param without a default.
+    Optional inputs and params with defaults are not targeted: leaving one out is a different,
+    valid plan (the tool runs on its default), not a fault any controller could detect."""
     options = []
     for s in sketch.steps:
         spec = specs.get(s.tool)
         if spec is None:
             continue
         ports = {p.name: p for p in spec.inputs}
+        required_params = set(spec.params_schema.get("required", []))
         for arg in s.args:
-            if (arg in ports and ports[arg].required) or (arg not in ports and arg in spec.param_names):
+            if (arg in ports and ports[arg].required) or arg in required_params:
                 options.append((s.id, arg, s.args[arg]))
     if not options:
         raise NotApplicable("no step has a required argument")

@@ -406,6 +406,8 @@ class ScriptedReAct:
 
         if key in self.store:
             return self.store[key]
+        if not Path(ref.path).exists():
+            raise ToolError(ErrorCode.input_missing, f"file not found: {ref.path}", arg=port, file=ref.path)
         try:
             art = load_sequence(ref)
         except ToolError as e:
