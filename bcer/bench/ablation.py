@@ -152,7 +152,7 @@ def prepare_jobs(task: str, cases: list[Case], contract: TaskContract, faults: l
                 jobs.append(Job(task, case, f, case, not_applicable=f"the clean plan failed: {e}"))
             continue
         consumed = F.consumed_sequences(sketch, case)
-        donor = cases[(i + 1) % len(cases)] if len(cases) > 1 else None
+        donor = cases[i + 1:] + cases[:i]  # the next case first
         for f in faults:
             cls = F.CATALOGUE[f]
             job = Job(task, case, f, case)

@@ -7,8 +7,9 @@ world space and tolerant to what a correct recovery legitimately changes:
 - NIfTI (images, masks, cines): put on the clean grid (nearest for integer data, linear
   otherwise) when the grids differ; masks must agree (mean Dice over labels >= ``MASK_DICE``),
   images within ``IMAGE_NRMSE`` of the clean range.
-- JSON (tables, classifications, findings, transforms, the structured part of reports):
-  same structure, equal strings and labels, numbers within ``REL_TOL``; fields that only
+- JSON (tables, classifications, findings, the structured part of reports): same
+  structure, equal strings and labels, numbers within ``REL_TOL``; transforms: rotation
+  terms within ``ROTATION_TOL`` and translation within ``TRANSLATION_MM``; fields that only
   say *where* something came from (``meta``, ``evidence``, rendered ``text``, voxel indices
   and input affines, which depend on the input grid) are not compared.
 """
@@ -28,6 +29,8 @@ MASK_DICE = 0.90
 IMAGE_NRMSE = 0.05
 REL_TOL = 0.05
 ABS_TOL = 1e-6
+ROTATION_TOL = 0.01
+TRANSLATION_MM = 0.5
 _IGNORED = {"meta", "evidence", "text", "origin", "method"}
 _REF = re.compile(r"`\[[^\]]*\]`|\[[A-Za-z_][\w.\[\]*()]*\]")
 _NUM = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
@@ -62,8 +65,23 @@ def _text_same(a: str, b: str) -> tuple[bool, str]:
     return True, ""
 
 
+def _same_transform(a: dict[str, Any], b: dict[str, Any]) -> tuple[bool, str]:
+    """Rigid/affine matrices: direction cosines within ``ROTATION_TOL`` (about half a degree)
+    and translations within ``TRANSLATION_MM`` (element-wise relative tolerance would fail on
+    near-zero rotation terms that differ by a hundredth of a degree)."""
+    ma, mb = np.asarray(a.get("matrix"), dtype=float), np.asarray(b.get("matrix"), dtype=float)
+    if ma.shape != mb.shape or ma.shape != (4, 4):
+        return False, f"matrix shapes {ma.shape} vs {mb.shape}"
+    rot = float(np.abs(ma[:3, :3] - mb[:3, :3]).max())
+    shift = float(np.linalg.norm(ma[:3, 3] - mb[:3, 3]))
+    ok = rot <= ROTATION_TOL and shift <= TRANSLATION_MM
+    return ok, f"transform differs: rotation terms by {rot:.4f}, translation by {shift:.2f} mm"
+
+
 def same_json(a: Any, b: Any, where: str = "") -> tuple[bool, str]:
     """(equal within tolerance, first difference)."""
+    if isinstance(a, dict) and isinstance(b, dict) and a.get("kind") == b.get("kind") == "transform":
+        return _same_transform(a, b)
     if isinstance(a, dict) and isinstance(b, dict):
         ka = {k for k in a if not _ignored(k)}
         kb = {k for k in b if not _ignored(k)}

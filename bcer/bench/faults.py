@@ -448,14 +448,17 @@ def _pick_sequence(fault_type: str, consumed: list[str], case: Case, contract: T
     return rng.choice(options)
 
 
-def _moved_volume(data: np.ndarray, affine: np.ndarray, rng: random.Random) -> tuple[np.ndarray, np.ndarray, str]:
+def _moved_volume(data: np.ndarray, affine: np.ndarray, rng: random.Random,
+                  slices_last: bool = False) -> tuple[np.ndarray, np.ndarray, str]:
     """The same world content on another voxel grid: flipped/permuted axes, or a wider field of
-    view (zero padding). Both keep the voxel lattice, so resampling back is exact."""
+    view (zero padding). Both keep the voxel lattice, so resampling back is exact. With
+    ``slices_last`` (a 2-D multi-slice cine) only the in-plane axes may trade places: every
+    converter stores such a stack slice-last, and the cine artifact is defined that way."""
     affine = np.asarray(affine, dtype=np.float64)
     if rng.random() < 0.5:
         axes = [0, 1, 2]
         if rng.random() < 0.5:
-            i, j = rng.sample(range(3), 2)
+            i, j = (0, 1) if slices_last else rng.sample(range(3), 2)
             axes[i], axes[j] = axes[j], axes[i]
         flips = [a for a in range(3) if rng.random() < 0.5] or [rng.randrange(3)]
         moved = np.transpose(data, axes + list(range(3, data.ndim)))
@@ -482,7 +485,8 @@ def _space_mismatch(case: Case, key: str, rng: random.Random) -> tuple[Case, str
     if ref.kind not in (ArtifactKind.image, ArtifactKind.cine):
         raise NotApplicable(f"{key} is {ref.kind.value} data without an image grid")
     art = load_sequence(ref)
-    data, aff, how = _moved_volume(np.asarray(art.data), np.asarray(art.affine), rng)
+    data, aff, how = _moved_volume(np.asarray(art.data), np.asarray(art.affine), rng,
+                                   slices_last=ref.kind is ArtifactKind.cine)
     moved = type(art)(data, aff, dict(art.meta))
     old = Path(ref.path)
     if old.is_dir():
@@ -497,12 +501,13 @@ def _space_mismatch(case: Case, key: str, rng: random.Random) -> tuple[Case, str
 
 
 def corrupt_case(fault_type: str, case: Case, contract: TaskContract | None, consumed: list[str], dest: Path,
-                 seed: int, donor: Case | None = None) -> tuple[Case, Fault]:
+                 seed: int, donor: Case | list[Case] | None = None) -> tuple[Case, Fault]:
     """A corrupted copy of ``case`` under ``dest`` and the Fault describing it.
 
     Args:
         consumed: sequence keys the clean plan reads (the target is one of them).
-        donor: another case of the same task (the scope violation links to its file).
+        donor: other case(s) of the same task: the scope violation links to the same sequence of
+            the first that has it (else to this case's own file outside the copy).
 
     Raises:
         NotApplicable: no target for this fault in this case.
@@ -524,7 +529,8 @@ def corrupt_case(fault_type: str, case: Case, contract: TaskContract | None, con
         shutil.rmtree(path) if path.is_dir() else path.unlink()
         fault.detail = f"{key} is listed but its file is gone"
     elif fault_type == "scope_violation":
-        other = donor if donor is not None and donor.id != case.id else case
+        donors = [d for d in (donor if isinstance(donor, list) else [donor]) if d is not None and d.id != case.id]
+        other = next((d for d in donors if _seq_key(d, key)), case)  # another patient with that sequence
         okey = _seq_key(other, key) or key
         target = Path(resolved_ref(other, okey).path).resolve()
         shutil.rmtree(path) if path.is_dir() else path.unlink()

@@ -59,6 +59,7 @@ class CaseRun:
         self.halted = False
         self.repairs = 0
         self.timeouts: dict[str, int] = {}
+        self.clock: Any = None  # the node clock actor, when nodes have a timeout
         self.deps: dict[str, tuple[set[str], set[str]]] = {}
 
     # ---- the loop -------------------------------------------------------------------------
@@ -98,9 +99,25 @@ class CaseRun:
         limit = self.ctx.node_timeout_s
         if not limit:
             return
-        for ref, (kind, key, attempt, t) in list(self.inflight.items()):
-            if kind == "node" and time.time() - t > limit:
+        nodes = {ref: f"{self.case.id}:{key}:{attempt}" for ref, (kind, key, attempt, _) in self.inflight.items()
+                 if kind == "node"}
+        if not nodes:
+            return
+        try:  # how long each has really run (a node still queued for a worker is not hung)
+            running = ray.get(self._clock().running_for.remote(list(nodes.values())), timeout=30)
+        except Exception:  # no clock answer: fall back to time since submission
+            log.warning("node clock unavailable; timing nodes from submission", exc_info=True)
+            running = {k: time.time() - self.inflight[r][3] for r, k in nodes.items()}
+        for ref, key in nodes.items():
+            if (running.get(key) or 0.0) > limit:
                 ray.cancel(ref, force=True)  # result then raises TaskCancelledError -> timeout
+
+    def _clock(self):
+        if self.clock is None:
+            from .clock import node_clock
+
+            self.clock = node_clock()
+        return self.clock
 
     # ---- dependencies and submission -------------------------------------------------------
     def _plan_dependencies(self) -> None:
@@ -185,6 +202,8 @@ class CaseRun:
         spec = {"tool": node.tool, "module": module, "node": node.id, "case": self.case.id, "ports": ports,
                 "module_file": module_file,
                 "params": params, "device": where.device, "outputs": list(node.outputs)}
+        if self.ctx.node_timeout_s:
+            spec.update(clock=self._clock(), clock_key=f"{self.case.id}:{node.id}:{attempt}")
         refs = _remote_node().options(**opts).remote(spec, *args)
         self.refs[node.id] = dict(zip(node.outputs, refs[:-1]))
         self.inflight[refs[-1]] = ("node", node.id, attempt, time.time())
@@ -422,4 +441,6 @@ class CaseRun:
     def _finish(self, outcome_cls: type):
         from .finish import finish_case
 
+        if self.clock is not None:
+            self.clock.forget.remote(f"{self.case.id}:")
         return finish_case(self, outcome_cls)

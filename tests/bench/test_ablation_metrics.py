@@ -66,6 +66,11 @@ def test_json_comparison_tolerates_provenance_not_content():
     assert not same_json(a, {**b, "label": "LGG"})[0]
     assert not same_json(a, {**b, "scores": {"x": 12.0}})[0]
     assert same_json({"t": "volume: 17.5 mL `[q.rows[0].volume_ml]`"}, {"t": "volume: 17.6 mL `[r.rows[0].v]`"})[0]
+    eye = [[1.0, 0, 0, 2.0], [0, 1.0, -0.0055, 0.5], [0, 0.0055, 1.0, 0], [0, 0, 0, 1]]
+    near = [[1.0, 0, 0, 2.1], [0, 1.0, -0.0063, 0.5], [0, 0.0063, 1.0, 0], [0, 0, 0, 1]]  # 0.05 deg, 0.1 mm
+    inverse = [[1.0, 0, 0, -2.0], [0, 1.0, 0.0055, -0.5], [0, -0.0055, 1.0, 0], [0, 0, 0, 1]]
+    t = {"kind": "transform", "matrix": eye}
+    assert same_json(t, {**t, "matrix": near})[0] and not same_json(t, {**t, "matrix": inverse})[0]
     assert not same_json({"t": "side: `L`"}, {"t": "side: `R`"})[0]
 
 
