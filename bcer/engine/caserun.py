@@ -105,9 +105,12 @@ class CaseRun:
             return
         try:  # how long each has really run (a node still queued for a worker is not hung)
             running = ray.get(self._clock().running_for.remote(list(nodes.values())), timeout=30)
-        except Exception:  # no clock answer: fall back to time since submission
-            log.warning("node clock unavailable; timing nodes from submission", exc_info=True)
+        except Exception as e:  # no clock answer: time from submission (and get a new clock)
+            log.warning("node clock unavailable (%s); timing nodes from submission", type(e).__name__)
             running = {k: time.time() - self.inflight[r][3] for r, k in nodes.items()}
+            from .clock import node_clock
+
+            self.clock = node_clock(fresh=True)
         for ref, key in nodes.items():
             if (running.get(key) or 0.0) > limit:
                 ray.cancel(ref, force=True)  # result then raises TaskCancelledError -> timeout

@@ -33,11 +33,21 @@ class NodeClock:
             del self._t[k]
 
 
-def node_clock() -> Any:
-    """The driver's clock actor (get-or-create)."""
+_CLOCKS: dict[str, Any] = {}  # job id -> handle: a non-detached actor lives as long as its creator's handle
+
+
+def node_clock(fresh: bool = False) -> Any:
+    """The driver's clock actor (get-or-create; held for the driver's lifetime). ``fresh``
+    replaces a clock that died."""
     import ray
 
-    return ray.remote(num_cpus=0)(NodeClock).options(name=_NAME, get_if_exists=True).remote()
+    job = ray.get_runtime_context().get_job_id()
+    if fresh or job not in _CLOCKS:
+        name = f"{_NAME}-{job}"
+        if fresh:
+            name += f"-{time.time_ns()}"
+        _CLOCKS[job] = ray.remote(num_cpus=0)(NodeClock).options(name=name, get_if_exists=True).remote()
+    return _CLOCKS[job]
 
 
 def report_start(spec: dict[str, Any]) -> None:
