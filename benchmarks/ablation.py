@@ -30,6 +30,16 @@ _ROW_KEYS = ("arm", "task", "case", "fault", "status", "sr", "tcr", "error_code"
              "retries", "duration_s", "not_applicable", "clean_ok", "fault_detail")
 
 
+def dumps(report: dict) -> str:
+    """The report as JSON with one line per cell and per run row (diffable, compact)."""
+    body = {k: v for k, v in report.items() if k not in ("rows", "cells", "faults_injected")}
+    text = json.dumps(body, indent=1, default=str)[:-2]
+    for key in ("cells", "faults_injected", "rows"):
+        items = ",\n".join("  " + json.dumps(x, default=str) for x in report.get(key, []))
+        text += f',\n "{key}": [\n{items}\n ]'
+    return text + "\n}\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", default="all")
@@ -61,7 +71,7 @@ def main() -> None:
         f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None and k != "out"))
     RESULTS.mkdir(exist_ok=True)
     target = RESULTS / f"ablation_{args.tag}.json"
-    target.write_text(json.dumps(report, indent=1, default=str))
+    target.write_text(dumps(report))
     print(json.dumps(report["by_arm"], indent=1))
     print(f"wrote {target}; run outputs in {out}")
 

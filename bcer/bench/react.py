@@ -160,11 +160,31 @@ class ScriptedReAct:
             outcome.error = {"code": ErrorCode.schema.value,
                              "message": f"deliverable {bad!r} failed validation: {checks[bad][1]}" if bad
                              else "milestones not reached"}
+        implausible = self._implausible(checks)
+        if implausible:  # SR is "delivered and plausible", as the engine scores it
+            outcome.sr = 0
+            if outcome.status == "succeeded":
+                outcome.status, outcome.error = "implausible", {"code": ErrorCode.value_range.value,
+                                                                "message": implausible}
         outcome.deliverables = dict(self.written)
         outcome.duration_s = round(time.time() - t0, 3)
         self.trace.emit("case_finished", message=f"status={outcome.status} sr={sr} tcr={tcr:.3f}",
                         error_code=(outcome.error or {}).get("code"))
         return outcome
+
+    def _implausible(self, checks: dict[str, tuple[bool, str]]) -> str | None:
+        """The engine's plausibility checks over the written deliverables, where the engine has
+        them (``bcer.engine.plausibility``); the failed checks' summary, or None."""
+        if not getattr(self.contract, "plausibility", None):
+            return None
+        try:
+            from ..engine.plausibility import failed, run_checks, summary_message
+        except ImportError:
+            return None
+        results = run_checks(self.contract, self.case, self.out, checks)
+        for r in results:
+            self.trace.emit("plausibility", message=f"{r.check} on {r.deliverable}: {r.message}", data=r.to_dict())
+        return summary_message(results) if failed(results) else None
 
     def _loop(self, sketch: PlanSketch) -> None:
         done: dict[str, str] = {}  # step id -> signature of the call that produced its outputs
