@@ -287,7 +287,7 @@ def run_ablation(tasks: str | Iterable[str] = "all", arms: str | Iterable[str] =
     from ..actors.brain import OfflineBrain
     from .bench import _cases_for, resolve_tasks
 
-    t0 = time.time()
+    t0, load_before = time.time(), _load()
     task_ids, arm_ids, fault_ids = resolve_tasks(tasks), resolve_arms(arms), F.resolve_faults(faults)
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -334,7 +334,7 @@ def run_ablation(tasks: str | Iterable[str] = "all", arms: str | Iterable[str] =
         "config": {"tasks": task_ids, "arms": arm_ids, "faults": fault_ids, "n_cases": n_cases, "size": size,
                    "seed": seed, "planner": getattr(planner, "name", type(planner).__name__),
                    "timeout_s": timeout_s, "max_in_flight": max_in_flight, "cluster": cluster,
-                   "load_before": _load(), "cpus": os.cpu_count()},
+                   "load_before": load_before, "cpus": os.cpu_count()},
         "arm_docs": {a: ARM_DOCS[a] for a in arm_ids},
         "fault_classes": {f: asdict(F.CATALOGUE[f]) for f in fault_ids},
         "faults_injected": [{"task": j.task, "case": j.case.id, "fault": j.fault,
