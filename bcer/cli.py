@@ -340,10 +340,24 @@ def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
           planner: str = _planner_opt(), llm: Optional[str] = _llm_opt(),
           llm_record: Optional[Path] = _record_opt(), reflector: str = _reflector_opt(),
           report: bool = typer.Option(True, "--report/--no-report", help="write the HTML pages (OUT/report)"),
-          as_json: bool = typer.Option(False, "--json", help="print the per-task summary as JSON")) -> None:
-    """Task-contract benchmark: SR/TCR per task with quality against ground truth beside it."""
+          as_json: bool = typer.Option(False, "--json", help="print the per-task summary as JSON"),
+          arms: Optional[str] = typer.Option(None, help="controller ablation: all | react,react_bind,"
+                                             "react_bind_ref,bcer (with --faults)"),
+          faults: Optional[str] = typer.Option(None, help="controller ablation: all | fault type[,...] "
+                                               "(token_mutation, path_mutation, argument_omission, semantic_swap, "
+                                               "space_mismatch, missing_modality, scope_violation, timeout)"),
+          timeout: float = typer.Option(60.0, help="ablation: per-call / per-node timeout in seconds")) -> None:
+    """Task-contract benchmark: SR/TCR per task with quality against ground truth beside it.
+    With --arms/--faults: the controller ablation (SR, TCR, ERR, safe-halt and wrong-deliverable
+    rates per arm, task and fault; ``OUT/ablation.json``)."""
     from .bench import resolve_tasks, run_bench
 
+    arms = arms if isinstance(arms, str) else None  # typer defaults when called as a function (demo)
+    faults = faults if isinstance(faults, str) else None
+    if arms or faults:
+        _ablation(tasks, arms or "all", faults or "all", cases, out, address, size, data, seed, max_in_flight,
+                  timeout if isinstance(timeout, (int, float)) else 60.0, planner, llm, llm_record)
+        return
     try:
         ids = resolve_tasks(tasks)
         bundles = _bundles(bundle)
@@ -362,6 +376,59 @@ def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
         _print_bench(result)
     if report:
         _pages(out)
+
+
+def _ablation(tasks: str, arms: str, faults: str, cases: int, out: Path, address: Optional[str], size: str,
+              data: Optional[Path], seed: int, max_in_flight: int, timeout: float, planner: str = "offline",
+              llm: Optional[str] = None, llm_record: Optional[Path] = None) -> None:
+    """The controller ablation; every arm plans with the same planner (and LLM backend)."""
+    from .actors.specs import Controller
+    from .bench.ablation import run_ablation
+    from .bench.arms import resolve_arms
+    from .bench.faults import resolve_faults
+    from .bench import resolve_tasks
+
+    try:
+        ids, arm_ids, fault_ids = resolve_tasks(tasks), resolve_arms(arms), resolve_faults(faults)
+    except (ToolError, ValueError) as e:
+        _fail(e)
+    total = len(ids) * cases * len(arm_ids) * (len(fault_ids) + 1)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console) as bar:
+        job = bar.add_task("runs", total=total)
+        planner = planner if isinstance(planner, str) else "offline"  # typer defaults when called as a function
+        with Controller(planner, llm=llm if isinstance(llm, str) else None,
+                        llm_record=llm_record if isinstance(llm_record, Path) else None, address=address) as ctl:
+            report = run_ablation(ids, arm_ids, fault_ids, cases, out, size=size, seed=seed, timeout_s=timeout,
+                                  max_in_flight=max_in_flight, address=address, data=data, planner=ctl.planner,
+                                  on_row=lambda row: bar.advance(job))
+    _print_ablation(report)
+
+
+def _print_ablation(report: dict) -> None:
+    faults = report["config"]["faults"]
+    t = Table(title="controller ablation: ERR (recoverable) / safe-halt (unrecoverable), wrong-deliverable rate; "
+                    f"{report['config']['n_cases']} case(s) per task, over {len(report['config']['tasks'])} task(s)")
+    t.add_column("arm")
+    for f in faults:
+        t.add_column(f)
+    t.add_column("all")
+    cells = {(c["arm"], c["fault"]): c for c in report["by_arm_fault"]}
+    for arm in report["config"]["arms"]:
+        row = []
+        for f in faults:
+            c = cells[(arm, f)]
+            rate = c.get("err", c.get("safe_halt"))
+            row.append("n/a" if rate is None else f"{100 * rate:.0f}% · {100 * c['wrong_rate']:.0f}% (n={c['n']})")
+        a = report["by_arm"][arm]
+        row.append(f"ERR {_pct(a['err'])} · halt {_pct(a['safe_halt'])} · wrong {a['wrong_deliverables']}")
+        t.add_row(arm, *row)
+    console.print(t)
+    console.print(f"rows: {len(report['rows'])}; wall {report['timing']['total_s']} s; details in ablation.json")
+
+
+def _pct(x: Optional[float]) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
 
 
 def _print_bench(report: dict) -> None:

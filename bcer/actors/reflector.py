@@ -30,6 +30,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..contracts.artifacts import ArtifactKind
 from ..contracts.case import Case
 from ..contracts.errors import ErrorCode
 from ..contracts.task import TaskContract
@@ -41,6 +42,8 @@ from .events import PendingEvents
 log = logging.getLogger(__name__)
 
 HALT_AT_ONCE = frozenset({ErrorCode.sandbox, ErrorCode.input_missing})
+# the tool that puts an image on another image's grid (the insert repair of a grid mismatch)
+RESAMPLER = "resample.to_grid"
 _SHRINKABLE = re.compile(r"(window|patch|roi|batch)", re.IGNORECASE)
 
 
@@ -107,6 +110,19 @@ class Halt(BaseModel):
     reason: str
 
 
+def halts_at_once(failure: Failure) -> bool:
+    """Sandbox violations always halt; ``input_missing`` halts when data is missing, not when
+    the plan left a required port of the node unbound (a planning slip, not a missing
+    modality: the next tier or the planner may bind it)."""
+    if failure.code is ErrorCode.sandbox:
+        return True
+    if failure.code is not ErrorCode.input_missing:
+        return False
+    ctx = failure.error.get("context") or {}
+    unbound = failure.arg is not None and failure.arg not in failure.node.inputs and not ctx.get("file")
+    return not unbound
+
+
 @runtime_checkable
 class RepairTier(Protocol):
     def propose(self, failure: Failure, workflow: Workflow, case: Case) -> Patch | Halt | None:
@@ -171,7 +187,7 @@ class Tier1:
 
     def propose(self, failure: Failure, workflow: Workflow, case: Case) -> Patch | Halt | None:
         code = failure.code
-        if code in HALT_AT_ONCE:
+        if halts_at_once(failure):
             return Halt(node_id=failure.node.id, code=code.value,
                         reason=f"{code.value} is never repaired: {failure.error.get('message', '')}")
         reg = resolve_registry(self._registry).get(failure.node.tool)
@@ -179,6 +195,8 @@ class Tier1:
             return None
         if code is ErrorCode.bad_reference:
             return self._fix_reference(failure, reg, case, workflow)
+        if code is ErrorCode.shape:
+            return self._regrid(failure, reg, workflow)
         handler = {ErrorCode.schema: self._fix_schema,
                    ErrorCode.value_range: self._fix_range, ErrorCode.resource: self._fix_resource,
                    ErrorCode.numeric: self._drop_overrides, ErrorCode.internal: self._drop_overrides}.get(code)
@@ -258,6 +276,34 @@ class Tier1:
             return None
         return self._patch(failure, "swapped inputs of mismatched kinds: " +
                            ", ".join(f"{p}<->{q}" for p, q in swapped), inputs=inputs)
+
+    # -- shape: an input on another grid -> insert a resampling onto the reference input ------------------
+    def _regrid(self, failure: Failure, reg: Any, workflow: Workflow) -> Patch | None:
+        """Two image inputs that must share a voxel grid do not (the tool names the odd one as
+        ``arg`` and the one it was checked against as ``reference``): insert ``resample.to_grid``
+        of the odd input onto the reference input's grid, and bind the port to its output. The
+        images keep their world positions, so nothing is guessed; a mask, a cine or a port
+        without a named reference is not regridded here."""
+        node, ctx = failure.node, failure.error.get("context") or {}
+        arg, ref = failure.arg, ctx.get("reference")
+        resampler = resolve_registry(self._registry).get(RESAMPLER)
+        if resampler is None or arg not in node.inputs or ref not in node.inputs or arg == ref:
+            return None
+        image = ArtifactKind.image.value
+        port, ref_port = reg.spec.input(arg), reg.spec.input(ref)
+        if port is None or ref_port is None or port.kind.value != image or ref_port.kind.value != image:
+            return None
+        if node.inputs[arg].startswith(f"@node.") and workflow.node(node.inputs[arg].split(".")[1]).tool == RESAMPLER:
+            return None  # already regridded once: the mismatch is not one of grids
+        taken = {n.id for n in workflow.nodes}
+        new_id, i = f"regrid_{arg}_{node.id}", 2
+        while new_id in taken:
+            new_id, i = f"regrid_{arg}_{node.id}_{i}", i + 1
+        insert = Node(id=new_id, tool=RESAMPLER, inputs={"image": node.inputs[arg], "reference": node.inputs[ref]},
+                      params={"interpolator": "linear"}, why=f"{arg} of {node.id} onto the grid of {ref}")
+        patch = self._patch(failure, f"{arg} is on another grid than {ref}: resampled onto it by {RESAMPLER}",
+                            inputs=dict(node.inputs, **{arg: f"@node.{new_id}.image"}))
+        return patch.model_copy(update={"action": "insert", "insert": insert})
 
     # -- value_range: clamp into bounds -----------------------------------------------------------------
     def _fix_range(self, failure: Failure, reg: Any, case: Case) -> Patch | None:
@@ -380,7 +426,7 @@ class Reflector:
                contract: TaskContract | None = None) -> Patch | Halt:
         """A Patch for the failed node (re-validated by the compiler), or a Halt."""
         node, code = failure.node, failure.code
-        if code in HALT_AT_ONCE:
+        if halts_at_once(failure):
             return Halt(node_id=node.id, code=code.value,
                         reason=f"{code.value} halts at once: {failure.error.get('message', '')}")
         used_node, used_case = self._per_node[(failure.case_id, node.id)], self._per_case[failure.case_id]
@@ -547,5 +593,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Failure", "Halt", "HALT_AT_ONCE", "LLMTier", "Patch", "Reflector", "ReflectorActor", "ReflectorPool",
+__all__ = ["Failure", "Halt", "HALT_AT_ONCE", "LLMTier", "RESAMPLER", "halts_at_once", "Patch", "Reflector", "ReflectorActor", "ReflectorPool",
            "RepairTier", "Tier1", "clamp_value", "patch_schema", "reflector_actor", "repair_prompt"]

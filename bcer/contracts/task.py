@@ -71,6 +71,9 @@ class TaskContract(BaseModel):
     inputs: list[str] = Field(default_factory=list)
     input_alternatives: dict[str, list[str]] = Field(default_factory=dict)
     allowed_tools: list[str] = Field(default_factory=list)  # empty: any registered tool
+    # "tool.port" -> the input sequences that port may bind in this task (e.g. which image is
+    # the fixed one of a registration); the compiler rejects any other binding
+    roles: dict[str, list[str]] = Field(default_factory=dict)
     milestones: list[str] = Field(default_factory=list)
     deliverables: list[DeliverableSpec] = Field(default_factory=list)
     quality: list[QualityCheck] = Field(default_factory=list)

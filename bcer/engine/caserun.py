@@ -5,6 +5,7 @@ Used by ``executor.run_case_workflow``; one CaseRun per case, driven from one th
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -25,6 +26,8 @@ from .trace import TraceWriter, call_hooks
 log = logging.getLogger(__name__)
 _POLL_S = 1.0
 _NO_REPAIR = {ErrorCode.worker_lost.value, ErrorCode.timeout.value}
+_HALT_CASE = {ErrorCode.sandbox.value, ErrorCode.input_missing.value}
+_TIMEOUT_RETRIES = 1
 
 
 class CaseRun:
@@ -55,6 +58,8 @@ class CaseRun:
         self.error: dict[str, Any] | None = None
         self.halted = False
         self.repairs = 0
+        self.timeouts: dict[str, int] = {}
+        self.clock: Any = None  # the node clock actor, when nodes have a timeout
         self.deps: dict[str, tuple[set[str], set[str]]] = {}
 
     # ---- the loop -------------------------------------------------------------------------
@@ -94,9 +99,28 @@ class CaseRun:
         limit = self.ctx.node_timeout_s
         if not limit:
             return
-        for ref, (kind, key, attempt, t) in list(self.inflight.items()):
-            if kind == "node" and time.time() - t > limit:
+        nodes = {ref: f"{self.case.id}:{key}:{attempt}" for ref, (kind, key, attempt, _) in self.inflight.items()
+                 if kind == "node"}
+        if not nodes:
+            return
+        try:  # how long each has really run (a node still queued for a worker is not hung)
+            running = ray.get(self._clock().running_for.remote(list(nodes.values())), timeout=30)
+        except Exception as e:  # no clock answer: time from submission (and get a new clock)
+            log.warning("node clock unavailable (%s); timing nodes from submission", type(e).__name__)
+            running = {k: time.time() - self.inflight[r][3] for r, k in nodes.items()}
+            from .clock import node_clock
+
+            self.clock = node_clock(fresh=True)
+        for ref, key in nodes.items():
+            if (running.get(key) or 0.0) > limit:
                 ray.cancel(ref, force=True)  # result then raises TaskCancelledError -> timeout
+
+    def _clock(self):
+        if self.clock is None:
+            from .clock import node_clock
+
+            self.clock = node_clock()
+        return self.clock
 
     # ---- dependencies and submission -------------------------------------------------------
     def _plan_dependencies(self) -> None:
@@ -117,6 +141,9 @@ class CaseRun:
         ref = resolved_ref(self.case, key)
         try:
             self.sandbox.check_read(ref.path)
+            if not os.path.exists(ref.path):  # checked here, before any node runs (a halt leaves nothing)
+                raise ToolError(ErrorCode.input_missing, f"sequence {key} of case {self.case.id} is listed but "
+                                f"{ref.path} does not exist", hint="restore the file or drop the sequence")
         except ToolError as e:
             self.seq_meta[key] = {"ok": False, "error": e.with_context(file=ref.path).to_dict()}
             self._on_seq_failed(key)
@@ -178,6 +205,8 @@ class CaseRun:
         spec = {"tool": node.tool, "module": module, "node": node.id, "case": self.case.id, "ports": ports,
                 "module_file": module_file,
                 "params": params, "device": where.device, "outputs": list(node.outputs)}
+        if self.ctx.node_timeout_s:
+            spec.update(clock=self._clock(), clock_key=f"{self.case.id}:{node.id}:{attempt}")
         refs = _remote_node().options(**opts).remote(spec, *args)
         self.refs[node.id] = dict(zip(node.outputs, refs[:-1]))
         self.inflight[refs[-1]] = ("node", node.id, attempt, time.time())
@@ -225,6 +254,9 @@ class CaseRun:
         err["context"] = dict(err.get("context", {}), sequence=key)
         self.trace.emit("failed", node=f"seq.{key}", tool="io.load_sequence", error_code=err["code"],
                         message=err["message"])
+        if err["code"] in _HALT_CASE:  # a case reading outside its root or missing data halts whole
+            self._halt_case(f"seq.{key}", err)
+            return
         for n in self.wf.nodes:
             if key in self.deps.get(n.id, (set(), set()))[1] and self.status[n.id] == "pending":
                 self._give_up(n, err, halted=False)
@@ -238,6 +270,8 @@ class CaseRun:
             from .executor import error_from_ray
 
             err = error_from_ray(e)
+            if err["code"] == ErrorCode.timeout.value and self._retry_timeout(node, err, attempt):
+                return
             self._on_failure(node, err, attempt, repairable=err["code"] not in _NO_REPAIR)
             return
         if not meta.get("ok"):
@@ -331,6 +365,29 @@ class CaseRun:
         self.status[node.id] = "pending"
         self.trace.emit("retried", node=node.id, tool=node.tool, attempt=attempt + 1)
 
+    def _retry_timeout(self, node: Node, err: dict[str, Any], attempt: int) -> bool:
+        """A timed-out node (cancelled) is re-submitted unchanged once: a hang is most often
+        transient (stuck I/O, a wedged worker); a second timeout fails it for good."""
+        if self.timeouts.get(node.id, 0) >= _TIMEOUT_RETRIES or attempt >= self.ctx.max_attempts_per_node:
+            return False
+        self.timeouts[node.id] = self.timeouts.get(node.id, 0) + 1
+        self.trace.emit("failed", node=node.id, tool=node.tool, attempt=attempt, error_code=err["code"],
+                        message=err["message"])
+        self.trace.emit("retried", node=node.id, tool=node.tool, attempt=attempt + 1,
+                        message="timed out: re-submitted unchanged")
+        self.status[node.id] = "pending"
+        return True
+
+    def _halt_case(self, where: str, err: dict[str, Any]) -> None:
+        """Stop the case: no pending node runs (nothing else is written); the error is the case's."""
+        for n in self.wf.nodes:
+            if self.status[n.id] == "pending":
+                self._block(n.id, f"the case halted: {err['code']} at {where}")
+        ctx = err.get("context", {})
+        self.error = {"code": err["code"], "message": err["message"], "hint": err.get("hint", ""), "node": where,
+                      "tool": None, "file": ctx.get("file"), "context": ctx, "halt_reason": f"{err['code']} halts at once"}
+        self.halted = True
+
     def _give_up(self, node: Node, err: dict[str, Any], *, halted: bool) -> None:
         """The node failed for good: block its dependents; a required node fails the case."""
         self.status[node.id] = "failed"
@@ -391,4 +448,6 @@ class CaseRun:
     def _finish(self, outcome_cls: type):
         from .finish import finish_case
 
+        if self.clock is not None:
+            self.clock.forget.remote(f"{self.case.id}:")
         return finish_case(self, outcome_cls)

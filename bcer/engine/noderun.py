@@ -18,6 +18,7 @@ from typing import Any
 from ..contracts.case import SequenceRef
 from ..contracts.errors import ErrorCode, ToolError
 from ..tools.registry import REGISTRY, call_tool, load_all
+from .clock import report_start
 from .digest import artifact_digest, file_digest
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,7 @@ def run_node(spec: dict[str, Any], *values: Any) -> tuple[Any, ...]:
         ``output_digests``, timings, worker, pid, device).
     """
     t0 = time.time()
+    report_start(spec)  # the node timeout counts from here, not from submission
     outputs: list[str] = spec["outputs"]
     device = spec.get("device", "cpu")
     try:
