@@ -41,7 +41,8 @@ def test_schema_restricts_tools_ids_args_and_tokens(case: Case) -> None:
     tools = plannable_tools(case, contract)
     schema = plan_schema(tools, case)
     branches = schema["properties"]["steps"]["items"]["anyOf"]
-    assert sorted(b["properties"]["tool"]["const"] for b in branches) == sorted(tools) == ["seg.brain_tumor"]
+    assert sorted(b["properties"]["tool"]["const"] for b in branches) == sorted(tools) == ["resample.to_grid",
+                                                                                          "seg.brain_tumor"]
     jsonschema.validate(json.loads(plan_json(SEG)), schema)
     bad_steps = [{**SEG, "tool": "denoise.nlm"},                                  # not allowed by the task
                  {**SEG, "id": "x"},                                               # not the tool's step id

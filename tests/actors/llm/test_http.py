@@ -164,7 +164,8 @@ def test_llm_brain_over_http_rejects_malformed_and_unknown_tools_and_uses_n(http
     sent = bodies(httpserver)
     assert [b["n"] for b in sent] == [2, 2] and all(b["temperature"] > 0 for b in sent)
     tools = sent[0]["response_format"]["json_schema"]["schema"]["properties"]["steps"]["items"]["anyOf"]
-    assert [t["properties"]["tool"]["const"] for t in tools] == ["seg.brain_tumor"]
+    # the task's allowed tools: the segmenter, and the resampler the Reflector may insert
+    assert sorted(t["properties"]["tool"]["const"] for t in tools) == ["resample.to_grid", "seg.brain_tumor"]
     events = brain.pop_events(case.id)
     assert [e["error_code"] for e in events if e["kind"] == "plan_rejected"] == ["schema", "bad_reference",
                                                                                  "bad_reference"]
