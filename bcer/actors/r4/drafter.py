@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from ...tools.reporting.evidence import Evidence
 from ...tools.reporting.prose import Box, Draft, num, realise, unit_text
@@ -46,13 +46,20 @@ class TemplateDrafter:
         return out, []
 
 
+# Bounds a grammar can enforce, so constrained decoding always closes the JSON within max_tokens
+# (an unbounded string lets a small model run on until the answer is cut off and invalid) and
+# never answers with nothing (empty lists are valid JSON but no report).
+Sentence = Annotated[str, StringConstraints(min_length=3, max_length=600)]  # evidence links make them long
+
+
 class LLMDraft(BaseModel):
     """What an LLM drafter must return (its JSON schema constrains decoding)."""
 
     model_config = ConfigDict(extra="forbid")
-    findings: list[str] = Field(description="Findings sentences; each number followed by its evidence link")
-    impression: list[str] = Field(description="Impression sentences")
-    boxes: list[Box] = Field(default_factory=list, description="one voxel box per lesion")
+    findings: list[Sentence] = Field(min_length=1, max_length=12,
+                                     description="Findings sentences; each number followed by its evidence link")
+    impression: list[Sentence] = Field(min_length=1, max_length=4, description="Impression sentences")
+    boxes: list[Box] = Field(default_factory=list, max_length=8, description="one voxel box per lesion")
 
 
 def evidence_prompt(ev: Evidence, decimals: int = 1) -> str:
@@ -74,7 +81,7 @@ class LLMDrafter:
 
     name = "llm"
 
-    def __init__(self, backend: Any, temperature: float = 0.7, max_tokens: int = 900, seed: int | None = 0):
+    def __init__(self, backend: Any, temperature: float = 0.7, max_tokens: int = 2400, seed: int | None = 0):
         self.backend, self.temperature, self.max_tokens, self.seed = backend, temperature, max_tokens, seed
         self.fallback = TemplateDrafter()
 
