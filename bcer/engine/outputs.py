@@ -121,7 +121,8 @@ def build_provenance(workflow: Workflow, records: dict[str, dict[str, Any]],
 
     Args:
         records: node id -> what ran (tool, version, params, inputs, device, output digests...).
-        deliverables: name -> {node, field, files, artifact_digest}.
+        deliverables: name -> {node, field, files, artifact_digest, file_digests}; the worker
+            that wrote a deliverable digests its files (``file_digests``), else they are read here.
         inputs: sequence name -> {path, format, sha256}.
     """
     import networkx as nx
@@ -135,7 +136,8 @@ def build_provenance(workflow: Workflow, records: dict[str, dict[str, Any]],
                             if t.startswith("@seq.")})
         out[name] = {
             "node": d["node"], "field": d["field"], "artifact_digest": d.get("artifact_digest"),
-            "files": {str(Path(f).name): file_digest(f) for f in d.get("files", []) if Path(f).exists()},
+            "files": d.get("file_digests") or {str(Path(f).name): file_digest(f) for f in d.get("files", [])
+                                                if Path(f).exists()},
             "chain": [dict(records.get(n, {"node": n, "status": "not run"}), node=n) for n in chain],
             "inputs": {s: inputs.get(s) for s in used_seqs},
         }
