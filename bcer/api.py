@@ -60,6 +60,13 @@ def _contract(task: str | TaskContract | None) -> TaskContract | None:
     return load_contract(task)
 
 
+def make_repairer(run_id: str) -> Any:
+    """THE repairer pool of one run (Reflector actors, started on first failure)."""
+    from .actors.reflector import reflector_pool
+
+    return reflector_pool(run_id)
+
+
 @dataclass
 class Study:
     """A cohort run: cases (a folder or a list of Case), a task and/or goal, an output folder.
@@ -71,8 +78,12 @@ class Study:
         plan: a plan sketch (file or object) replayed for every case instead of the Brain.
         out: output folder; a rerun on it skips cases with ``_DONE``.
         address: Ray cluster address (None: RAY_ADDRESS or a local cluster).
-        max_in_flight: cases running at once (back-pressure on the object store).
+        max_in_flight: cases running at once (back-pressure on the object store); None: four
+            per CPU of the cluster.
         model_dirs: folders of local model bundles tools may read (besides bcer's own assets).
+        cache: node cache folder (content-addressed; shared by cohorts; None: no cache).
+        node_timeout_s: time limit of every node (default: each tool's own).
+        repairer: a repairer pool to use instead of the run's own Reflector pool.
     """
 
     data: str | Path | list[Case]
@@ -82,37 +93,55 @@ class Study:
     out: str | Path = "bcer_out"
     layout: str | None = None
     address: str | None = None
-    max_in_flight: int = 4
+    max_in_flight: int | None = None
     planner: Any = None
     seed: int = 0
     limit: int | None = None
     model_dirs: tuple[str, ...] = ()
+    cache: str | Path | None = None
+    node_timeout_s: float | None = None
+    repairer: Any = None
 
     def cases(self) -> list[Case]:
         cases = list(self.data) if isinstance(self.data, (list, tuple)) else load_cases(self.data, self.layout)
         return cases[: self.limit] if self.limit else cases
 
-    def run(self, on_case_done: Callable[[dict], None] | None = None, hooks: Iterable = ()):
-        """Run every case; returns a CohortResult (``.cases`` and ``.events`` are pyarrow Tables)."""
-        from .engine.cohort import CohortConfig, run_cohort
+    def config(self):
+        """The CohortConfig this study runs with (its repairer pool is built by ``run``)."""
+        from .engine.cohort import CohortConfig
 
         contract = _contract(self.task)
         if contract is None and self.goal is None and self.plan is None:
             raise ToolError(ErrorCode.schema, "a Study needs a task, a goal or a plan")
-        cfg = CohortConfig(out=Path(self.out), planner=make_planner(self.plan, self.planner),
-                           contract=contract, goal=self.goal, max_in_flight=self.max_in_flight,
-                           address=self.address, seed=self.seed, model_dirs=tuple(map(str, self.model_dirs)))
-        return run_cohort(self.cases(), cfg, on_case_done=on_case_done, hooks=hooks)
+        return CohortConfig(out=Path(self.out), planner=make_planner(self.plan, self.planner),
+                            contract=contract, goal=self.goal, max_in_flight=self.max_in_flight,
+                            address=self.address, seed=self.seed, model_dirs=tuple(map(str, self.model_dirs)),
+                            cache=Path(self.cache) if self.cache else None, node_timeout_s=self.node_timeout_s)
+
+    def run(self, on_case_done: Callable[[dict], None] | None = None, hooks: Iterable = ()):
+        """Run every case; returns a CohortResult (``.cases`` and ``.events`` are pyarrow Tables)."""
+        from .engine.cohort import run_cohort
+
+        cfg = self.config()
+        own = self.repairer is None
+        cfg.repairer = make_repairer(cfg.run_id) if own else self.repairer
+        try:
+            return run_cohort(self.cases(), cfg, on_case_done=on_case_done, hooks=hooks)
+        finally:
+            if own:
+                cfg.repairer.close()
 
 
 def run_case(case: Case | str | Path, *, task: str | TaskContract | None = None, goal: str | None = None,
              plan: str | Path | PlanSketch | None = None, out: str | Path = "bcer_out",
-             address: str | None = None, layout: str | None = None) -> dict[str, Any]:
+             address: str | None = None, layout: str | None = None, cache: str | Path | None = None,
+             node_timeout_s: float | None = None) -> dict[str, Any]:
     """Run one case; returns its row (status, sr, tcr, deliverables, measurements, error)."""
     cases = [case] if isinstance(case, Case) else load_cases(case, layout)
     if len(cases) != 1:
         raise ToolError(ErrorCode.schema, f"{case} holds {len(cases)} cases; use Study for a cohort")
-    result = Study(cases, task=task, goal=goal, plan=plan, out=out, address=address, max_in_flight=1).run()
+    result = Study(cases, task=task, goal=goal, plan=plan, out=out, address=address, max_in_flight=1,
+                   cache=cache, node_timeout_s=node_timeout_s).run()
     return result.rows[0]
 
 

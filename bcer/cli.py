@@ -21,9 +21,19 @@ app.add_typer(data_app, name="data")
 console = Console()
 
 
+_CACHE_HELP = "node cache folder: reruns and changed plans reuse every node whose inputs did not change"
+_TIMEOUT_HELP = "time limit of every node in seconds (default: each tool's own)"
+
+
 def _fail(err: Exception) -> None:
     console.print(f"[bold red]error[/]: {err}")
     raise typer.Exit(2)
+
+
+def _interrupted(out: Path) -> None:
+    console.print(f"[bold yellow]interrupted[/]: tables of the finished cases are in {out}; "
+                  "rerun the same command to resume")
+    raise typer.Exit(130)
 
 
 @app.callback()
@@ -118,7 +128,9 @@ def run(case: Path = typer.Option(..., "--case", help="case folder"),
         plan_file: Optional[Path] = typer.Option(None, "--plan", help="plan sketch JSON (skips the planner)"),
         out: Path = typer.Option(Path("bcer_out"), help="output folder"),
         address: Optional[str] = typer.Option(None, help="Ray address (default: local cluster)"),
-        layout: Optional[str] = typer.Option(None)) -> None:
+        layout: Optional[str] = typer.Option(None),
+        cache: Optional[Path] = typer.Option(None, "--cache", help=_CACHE_HELP),
+        node_timeout: Optional[float] = typer.Option(None, "--node-timeout", help=_TIMEOUT_HELP)) -> None:
     """Run one case."""
     from .api import Study, load_cases
 
@@ -127,9 +139,11 @@ def run(case: Path = typer.Option(..., "--case", help="case folder"),
         if len(cases) != 1:
             _fail(ValueError(f"{case} holds {len(cases)} cases; use `bcer cohort`"))
         result = _progress_run(Study(cases, task=task, goal=goal, plan=plan_file, out=out,
-                                     address=address, max_in_flight=1))
+                                     address=address, max_in_flight=1, cache=cache, node_timeout_s=node_timeout))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
+    except KeyboardInterrupt:
+        _interrupted(out)
     row = result.rows[0]
     console.print_json(json.dumps({k: row.get(k) for k in ("case", "status", "sr", "tcr", "error_code",
                                                             "error_message", "deliverables", "measurements")},
@@ -143,16 +157,21 @@ def cohort(data: Path = typer.Option(..., "--data", help="dataset folder"),
            plan_file: Optional[Path] = typer.Option(None, "--plan"),
            out: Path = typer.Option(Path("bcer_out")), address: Optional[str] = typer.Option(None),
            layout: Optional[str] = typer.Option(None),
-           max_in_flight: int = typer.Option(4, help="cases running at once"),
-           limit: Optional[int] = typer.Option(None, help="first N cases only")) -> None:
+           max_in_flight: Optional[int] = typer.Option(None, help="cases running at once (default: 4 per CPU)"),
+           limit: Optional[int] = typer.Option(None, help="first N cases only"),
+           cache: Optional[Path] = typer.Option(None, "--cache", help=_CACHE_HELP),
+           node_timeout: Optional[float] = typer.Option(None, "--node-timeout", help=_TIMEOUT_HELP)) -> None:
     """Run many cases; a failing case becomes a row, the others finish; reruns skip _DONE cases."""
     from .api import Study
 
     try:
         result = _progress_run(Study(data, task=task, goal=goal, plan=plan_file, out=out, layout=layout,
-                                     address=address, max_in_flight=max_in_flight, limit=limit))
+                                     address=address, max_in_flight=max_in_flight, limit=limit, cache=cache,
+                                     node_timeout_s=node_timeout))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
+    except KeyboardInterrupt:
+        _interrupted(out)
     _print_summary(result)
 
 
@@ -187,7 +206,9 @@ def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
           address: Optional[str] = typer.Option(None, help="Ray address (default: local cluster)"),
           size: str = typer.Option("small", help="phantom size: small | full"),
           data: Optional[Path] = typer.Option(None, help="read cases from this folder instead of synthesising"),
-          seed: int = typer.Option(0), max_in_flight: int = typer.Option(2, help="cases in flight per task")) -> None:
+          seed: int = typer.Option(0), max_in_flight: int = typer.Option(2, help="cases in flight per task"),
+          cache: Optional[Path] = typer.Option(None, "--cache", help=_CACHE_HELP),
+          node_timeout: Optional[float] = typer.Option(None, "--node-timeout", help=_TIMEOUT_HELP)) -> None:
     """Task-contract benchmark: SR/TCR per task with quality against ground truth beside it."""
     from .bench import resolve_tasks, run_bench
 
@@ -197,9 +218,12 @@ def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
                       TimeElapsedColumn(), console=console) as bar:
             job = bar.add_task("cases", total=len(ids) * cases)
             report = run_bench(ids, cases, out, address=address, size=size, data=data, seed=seed,
-                               max_in_flight=max_in_flight, on_case_done=lambda row: bar.advance(job))
+                               max_in_flight=max_in_flight, on_case_done=lambda row: bar.advance(job),
+                               cache=cache, node_timeout_s=node_timeout)
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
+    except KeyboardInterrupt:
+        _interrupted(out)
     _print_bench(report)
 
 

@@ -49,7 +49,9 @@ _BACKSTOP_GRACE_S = 10.0  # beyond a node's limit before the driver kills a task
 class CaseRun:
     """One case in flight, driven by an event loop (``watch``/``unwatch`` register refs).
 
-    ``on_done(run)`` is called once, when the case has finished (``run.outcome`` set).
+    ``repairer``: a repairer, a pool of them (``for_case``), None (the registered default pool
+    of the run) or False (no repair). ``on_done(run)`` is called once, when the case has
+    finished (``run.outcome`` set).
     """
 
     def __init__(self, workflow: Workflow, case: Case, ctx: RunContext, contract: TaskContract | None,
@@ -62,7 +64,8 @@ class CaseRun:
         self._own_wf = False
         self.case, self.ctx, self.contract = case, ctx, contract
         self.hooks, self.trace, self.loop, self.cluster = hooks, trace, loop, cluster
-        self.repairer, self.on_done = repairer, on_done
+        self.repairer, self.on_done = repairer, on_done  # a repairer, a pool, None (default) or False
+        self._resolved_repairer: Any = None
         assets = Path(__file__).resolve().parents[1] / "assets"  # shipped bundles are read-only inputs
         self.read_roots = (str(assets), *map(str, getattr(ctx, "read_roots", ())))
         self.sandbox = Sandbox(case.root, ctx.output_dir, read_roots=self.read_roots)
@@ -462,9 +465,11 @@ class CaseRun:
         self._apply_patch(node, verdict, attempt)
 
     def _repairer(self) -> Any:
-        if self.repairer is None:
-            self.repairer = rp.repairer_for(rp.default_repairer(self.ctx.run_id), self.case.id) or False
-        return self.repairer or None
+        """Resolved on the first failure only: a pool member (an actor) starts when needed."""
+        if self._resolved_repairer is None:
+            given = self.repairer if self.repairer is not None else rp.default_repairer(self.ctx.run_id)
+            self._resolved_repairer = rp.repairer_for(given, self.case.id) or False
+        return self._resolved_repairer or None
 
     def _own(self, node: Node) -> Node:
         """Copy the (possibly shared) workflow before the first patch changes it."""

@@ -1,15 +1,23 @@
-"""Running many cases at once: bounded cases in flight, one row per case, resume by ``_DONE``.
+"""Running many cases at once from ONE driver event loop: bounded cases in flight, one row per
+case, resume by ``_DONE``, tables written as cases finish.
 
-Each case runs in a driver thread (plan → compile → ``run_case_workflow``); Ray does the
-work. A failing case becomes a row with its ErrorCode and message while the others finish.
+Per case: admit (contract inputs) -> plan and compile (once per plan signature for a
+deterministic planner, per case otherwise, on a small thread pool) -> submit the whole DAG
+-> results through the loop -> validate, provenance, ``_DONE`` -> a row (``result.json`` and
+the cohort tables). ``run_cohorts`` drives several cohorts (one per task in ``bcer bench``)
+from the same loop. Any exception in one case, not only a ToolError, becomes that case's row
+(``internal``, traceback in its trace) while the others go on; Ctrl-C writes the tables of
+what finished and cancels the rest.
 """
 from __future__ import annotations
 
 import json
 import logging
 import time
+import traceback
 import uuid
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -17,27 +25,44 @@ from typing import Any, Callable, Iterable
 from ..contracts import Case, ErrorCode, TaskContract, ToolError
 from ..contracts.sequences import canonical_sequence
 from ..tools.io import write_json
-from .planning import Planner, plan_and_compile
+from . import repair as rp
+from .planning import PlanCache, Planner, plan_and_compile
+from .tables import COHORT_FILE, EVENTS_PARQUET, CohortTables, rows_table
+from .trace import TraceWriter
 
 log = logging.getLogger(__name__)
 ROW_FILE = "result.json"
+_TICK_S = 0.25
+_HOUSEKEEPING_S = 0.5
 
 
 @dataclass
 class CohortConfig:
-    """How a cohort runs. ``goal`` defaults to the contract's goal text."""
+    """How a cohort runs. ``goal`` defaults to the contract's goal text.
+
+    Args:
+        max_in_flight: cases running at once (back-pressure on the object store); None:
+            :func:`default_in_flight` of the cluster.
+        cache: the node cache folder (shared across cohorts; None: no cache).
+        node_timeout_s: overrides every tool's own time limit.
+        repairer: the run's repairer pool (``for_case``) or repairer, built by the caller
+            (API, CLI, bench); None: the registered default pool of this run, if any.
+    """
 
     out: Path
     planner: Planner
     contract: TaskContract | None = None
     goal: str | None = None
-    max_in_flight: int = 4
+    max_in_flight: int | None = None
     address: str | None = None
     run_id: str = field(default_factory=lambda: time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6])
     seed: int = 0
     max_revisions: int = 2
     resume: bool = True
     model_dirs: tuple[str, ...] = ()  # read-only folders for local model bundles (sandbox)
+    cache: Path | None = None
+    node_timeout_s: float | None = None
+    repairer: Any = None
 
     @property
     def goal_text(self) -> str:
@@ -53,13 +78,16 @@ class CohortResult:
     @property
     def cases(self):
         """pyarrow Table, one row per case."""
-        import pyarrow as pa
-
-        return pa.Table.from_pylist([_flat_row(r) for r in self.rows])
+        return rows_table(self.rows)
 
     @property
     def events(self):
-        """pyarrow Table of every event of every case."""
+        """pyarrow Table of every event of every case (``events.parquet``)."""
+        path = self.out / EVENTS_PARQUET
+        if path.exists():
+            import pyarrow.parquet as pq
+
+            return pq.read_table(path)
         from .trace import events_table
 
         return events_table(sorted(self.out.glob("*/events.jsonl")))
@@ -73,13 +101,10 @@ class CohortResult:
                 "tcr": sum(r.get("tcr") or 0.0 for r in self.rows) / n if n else 0.0}
 
 
-def _flat_row(row: dict[str, Any]) -> dict[str, Any]:
-    flat = {k: v for k, v in row.items() if k not in ("measurements", "deliverables")}
-    flat["deliverables"] = json.dumps(row.get("deliverables", {}))
-    for k, v in (row.get("measurements") or {}).items():
-        if isinstance(v, (int, float, str, bool)) or v is None:
-            flat[f"m_{k}"] = v
-    return flat
+def default_in_flight(cluster: dict[str, float]) -> int:
+    """Cases in flight by default: four per CPU (and two per GPU), at least 8. Enough to keep
+    every worker busy while a case's DAG drains, few enough to bound the object store."""
+    return max(8, int(4 * float(cluster.get("CPU", 1)) + 2 * float(cluster.get("GPU", 0))))
 
 
 def admit_case(case: Case, contract: TaskContract | None) -> None:
@@ -88,8 +113,6 @@ def admit_case(case: Case, contract: TaskContract | None) -> None:
         first = case.issues[0]
         raise ToolError(first.get("code", "schema"), first.get("message", "unreadable case"), first.get("hint", ""),
                         **{k: v for k, v in first.get("context", {}).items() if k != "case"}, case=case.id)
-    if contract is None:
-        return
     if contract is None:
         return
     if contract.domain not in ("any", case.domain) and case.domain != "unknown":
@@ -107,51 +130,278 @@ def _error_row(case: Case, cfg: CohortConfig, err: ToolError, status: str, t0: f
     return {"case": case.id, "task": cfg.contract.id if cfg.contract else None, "run": cfg.run_id,
             "status": status, "sr": 0, "tcr": 0.0, "error_code": err.code.value,
             "error_message": err.message, "error_node": err.context.get("node"),
-            "duration_s": round(time.time() - t0, 3), "repairs": 0, "deliverables": {}, "measurements": {}}
+            "duration_s": round(time.time() - t0, 3), "repairs": 0, "planner": cfg.planner.name,
+            "deliverables": {}, "measurements": {}}
 
 
-def run_one(case: Case, cfg: CohortConfig, reflector=None, hooks: Iterable = ()) -> dict[str, Any]:
-    """Plan, compile and run one case; never raises (a failure is a row)."""
-    from .executor import RunContext, run_case_workflow
-
-    t0 = time.time()
-    case_dir = cfg.out / case.id
-    case_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        admit_case(case, cfg.contract)
-        sketch, workflow, revisions = plan_and_compile(cfg.planner, cfg.goal_text, case, cfg.contract,
-                                                       cfg.max_revisions)
-    except ToolError as e:
-        row = _error_row(case, cfg, e.with_context(case=case.id), "rejected", t0)
-        write_json(row, case_dir / ROW_FILE)
-        return row
-    write_json(sketch.model_dump(mode="json"), case_dir / "plan.json")
-    ctx = RunContext(run_id=cfg.run_id, output_dir=case_dir, seed=cfg.seed, read_roots=tuple(cfg.model_dirs))
-    if reflector is not None:
-        reflector = reflector.for_case(case.id)
-        reflector.reset.remote(case.id)  # a fresh repair budget for this run of the case
-    outcome = run_case_workflow(workflow, case, ctx, contract=cfg.contract, reflector=reflector,
-                                hooks=list(hooks))
-    row = {"case": case.id, "task": cfg.contract.id if cfg.contract else None, "run": cfg.run_id,
-           "status": outcome.status, "sr": getattr(outcome, "sr", int(outcome.status == "succeeded")),
-           "tcr": getattr(outcome, "tcr", float(outcome.status == "succeeded")),
-           "error_code": (outcome.error or {}).get("code"), "error_message": (outcome.error or {}).get("message"),
-           "error_node": (outcome.error or {}).get("node"), "duration_s": round(time.time() - t0, 3),
-           "repairs": outcome.repairs, "plan_revisions": revisions, "planner": cfg.planner.name,
-           "deliverables": {k: str(Path(v).relative_to(cfg.out)) if Path(v).is_absolute() else str(v)
-                            for k, v in outcome.deliverables.items()},
-           "measurements": outcome.measurements}
-    write_json(row, case_dir / ROW_FILE)
-    return row
+def _outcome_row(case: Case, cfg: CohortConfig, outcome: Any, revisions: int, t0: float) -> dict[str, Any]:
+    err = outcome.error or {}
+    return {"case": case.id, "task": cfg.contract.id if cfg.contract else None, "run": cfg.run_id,
+            "status": outcome.status, "sr": outcome.sr if outcome.sr is not None else int(outcome.status == "succeeded"),
+            "tcr": outcome.tcr if outcome.tcr is not None else float(outcome.status == "succeeded"),
+            "error_code": err.get("code"), "error_message": err.get("message"), "error_node": err.get("node"),
+            "duration_s": round(time.time() - t0, 3), "repairs": outcome.repairs, "plan_revisions": revisions,
+            "planner": cfg.planner.name, "cache_hits": outcome.cache_hits,
+            "deliverables": {k: str(Path(v).relative_to(cfg.out)) if Path(v).is_absolute() else str(v)
+                             for k, v in outcome.deliverables.items()},
+            "measurements": outcome.measurements}
 
 
 def _resumed_row(case: Case, cfg: CohortConfig) -> dict[str, Any] | None:
     case_dir = cfg.out / case.id
-    if not (cfg.resume and (case_dir / "_DONE").exists() and (case_dir / ROW_FILE).exists()):
+    if not (cfg.resume and (case_dir / "_DONE").exists()):
         return None
-    row = json.loads((case_dir / ROW_FILE).read_text())
+    try:
+        row = json.loads((case_dir / ROW_FILE).read_text())
+    except (OSError, ValueError):  # _DONE without its row (killed between the two): run it again
+        return None
     row["resumed"] = True
     return row
+
+
+class _Job:
+    """One cohort inside the runner: its cases, config, rows, tables, plans and repairer."""
+
+    def __init__(self, cases: Iterable[Case], cfg: CohortConfig):
+        cfg.out = Path(cfg.out).resolve()
+        cfg.out.mkdir(parents=True, exist_ok=True)
+        self.cfg, self.cases = cfg, list(cases)
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.todo: deque[Case] = deque()
+        self.active = 0
+        self.cap = 1
+        self.plans = PlanCache()
+        self.tables = CohortTables(cfg.out, cfg.run_id)
+        self.repairer: Any = cfg.repairer
+        self.own_repairer = False
+        self.cache_dir = Path(cfg.cache).resolve() if cfg.cache else None
+
+    def scan(self, on_case_done: Callable | None) -> None:
+        for case in self.cases:
+            prev = _resumed_row(case, self.cfg)
+            if prev is None:
+                self.todo.append(case)
+                continue
+            log.info("case %s already done (_DONE present): skipped", case.id)
+            self.rows[case.id] = prev
+            if on_case_done:
+                on_case_done(prev)
+
+    def result(self) -> CohortResult:
+        rows = [self.rows[c.id] for c in self.cases if c.id in self.rows]
+        return CohortResult(self.cfg.out, rows, self.cfg.run_id)
+
+
+class _Runner:
+    """The loop: admit cases up to each cohort's cap, plan, run, finish, write tables."""
+
+    def __init__(self, jobs: list[_Job], on_case_done: Callable | None, hooks: list, cluster: dict[str, float]):
+        from .loop import EventLoop
+
+        self.jobs, self.on_case_done, self.hooks, self.cluster = jobs, on_case_done, hooks, cluster
+        self.loop = EventLoop()
+        self.active: dict[Any, tuple[_Job, Case]] = {}
+        self.planning: dict[Future, tuple[_Job, Case, TraceWriter, float]] = {}
+        self._pool: ThreadPoolExecutor | None = None
+
+    def run(self) -> None:
+        last = 0.0
+        while True:
+            self._admit()
+            self._collect_plans()
+            if not self.active and not self.planning and not any(j.todo for j in self.jobs):
+                break
+            if len(self.loop):
+                self.loop.poll(0.02 if self.planning else _TICK_S)
+            elif self.planning:
+                from concurrent.futures import FIRST_COMPLETED, wait
+
+                wait(list(self.planning), timeout=_TICK_S, return_when=FIRST_COMPLETED)
+            else:
+                for run in list(self.active):  # nothing to wait for: close what is still open
+                    run._maybe_done()
+            now = time.time()
+            if now - last >= _HOUSEKEEPING_S:
+                last = now
+                self._housekeeping(now)
+
+    def _housekeeping(self, now: float) -> None:
+        for run in list(self.active):
+            if not run.finished:
+                try:
+                    run.check_deadlines(now)
+                except Exception as e:
+                    run.crash(e)
+                run.trace.flush()
+        for job in self.jobs:
+            job.tables.maybe_flush(now)
+
+    # ---- admission and planning ---------------------------------------------------------------
+    def _admit(self) -> None:
+        for job in self.jobs:
+            while job.todo and job.active < job.cap:
+                case = job.todo.popleft()
+                job.active += 1
+                self._admit_case(job, case)
+
+    def _admit_case(self, job: _Job, case: Case) -> None:
+        cfg, t0 = job.cfg, time.time()
+        trace: TraceWriter | None = None
+        try:
+            case_dir = cfg.out / case.id
+            case_dir.mkdir(parents=True, exist_ok=True)
+            trace = TraceWriter(case_dir, cfg.run_id, case.id, self.hooks, buffered=True)
+            trace.emit("case_started")
+            admit_case(case, cfg.contract)
+            if getattr(cfg.planner, "deterministic", False):
+                planned = job.plans.plan(cfg.planner, cfg.goal_text, case, cfg.contract, cfg.max_revisions,
+                                         trace.emit)
+                self._start(job, case, trace, t0, planned)
+            else:  # an LLM planner takes seconds: plan on a thread, the loop goes on
+                fut = self._planner_pool().submit(plan_and_compile, cfg.planner, cfg.goal_text, case,
+                                                  cfg.contract, cfg.max_revisions, trace.emit)
+                self.planning[fut] = (job, case, trace, t0)
+        except ToolError as e:
+            self._reject(job, case, trace, e.with_context(case=case.id), "rejected", t0)
+        except Exception as e:  # a crashing planner or a bug: this case's row, not the cohort's end
+            self._reject(job, case, trace, _internal(e), "failed", t0, traceback.format_exc())
+
+    def _planner_pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="bcer-plan")
+        return self._pool
+
+    def _collect_plans(self) -> None:
+        for fut in [f for f in self.planning if f.done()]:
+            job, case, trace, t0 = self.planning.pop(fut)
+            try:
+                sketch, wf, revisions = fut.result()
+                self._start(job, case, trace, t0, (sketch, wf, revisions, False))
+            except ToolError as e:
+                self._reject(job, case, trace, e.with_context(case=case.id), "rejected", t0)
+            except Exception as e:
+                self._reject(job, case, trace, _internal(e), "failed", t0, traceback.format_exc())
+
+    def _start(self, job: _Job, case: Case, trace: TraceWriter, t0: float, planned: tuple) -> None:
+        from .caserun import CaseRun
+        from .context import RunContext
+        from .outputs import write_plan
+
+        sketch, wf, revisions, reused = planned
+        cfg = job.cfg
+        write_plan(cfg.out / case.id, sketch)
+        trace.emit("planned", message=f"{len(sketch.steps)} steps by {cfg.planner.name}",
+                   data={"planner": cfg.planner.name, "revisions": revisions, "reused": reused})
+        trace.emit("compiled", message=f"{len(wf.nodes)} nodes, {len(wf.deliverables)} deliverables",
+                   data={"reused": reused})
+        ctx = RunContext(run_id=cfg.run_id, output_dir=cfg.out / case.id, seed=cfg.seed,
+                         read_roots=tuple(cfg.model_dirs), node_timeout_s=cfg.node_timeout_s,
+                         cache_dir=job.cache_dir)
+        run = CaseRun(wf, case, ctx, cfg.contract, job.repairer, self.hooks, trace, self.loop, self.cluster,
+                      on_done=lambda r: self._finished(job, r, t0, revisions))
+        self.active[run] = (job, case)
+        try:
+            run.start(announce=False)
+        except Exception as e:
+            run.crash(e)
+
+    # ---- finishing ----------------------------------------------------------------------------
+    def _finished(self, job: _Job, run: Any, t0: float, revisions: int) -> None:
+        self.active.pop(run, None)
+        row = _outcome_row(run.case, job.cfg, run.outcome, revisions, t0)
+        self._record(job, run.case, run.trace, row)
+
+    def _reject(self, job: _Job, case: Case, trace: TraceWriter | None, err: ToolError, status: str,
+                t0: float, tb: str | None = None) -> None:
+        row = _error_row(case, job.cfg, err, status, t0)
+        if trace is not None:
+            trace.emit("case_finished", error_code=err.code.value, message=f"status={status}: {err.message}",
+                       data={"traceback": tb[-4000:]} if tb else None)
+        self._record(job, case, trace, row)
+
+    def _record(self, job: _Job, case: Case, trace: TraceWriter | None, row: dict[str, Any]) -> None:
+        job.active -= 1
+        try:
+            write_json(row, job.cfg.out / case.id / ROW_FILE)
+        except OSError:
+            log.exception("cannot write the row of case %s", case.id)
+        lines: list[str] = []
+        if trace is not None:
+            trace.close()
+            lines = trace.all_lines()
+        job.rows[case.id] = row
+        job.tables.add(row, lines)
+        if self.on_case_done:
+            try:
+                self.on_case_done(row)
+            except Exception:  # a progress display must not end the cohort
+                log.exception("on_case_done failed for %s", case.id)
+
+    def interrupt(self) -> None:
+        """Ctrl-C: cancel what runs, flush the traces of cases in flight (no _DONE for them)."""
+        self.loop.cancel_all()
+        for run in list(self.active):
+            try:
+                run.trace.emit("case_finished", error_code=ErrorCode.internal.value, message="interrupted")
+                run.trace.close()
+            except Exception:
+                pass
+        for fut, (_, _, trace, _) in self.planning.items():
+            fut.cancel()
+            trace.close()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _internal(e: Exception) -> ToolError:
+    return ToolError(ErrorCode.internal, f"{type(e).__name__}: {e}")
+
+
+def run_cohorts(cohorts: Iterable[tuple[Iterable[Case], CohortConfig]],
+                on_case_done: Callable[[dict[str, Any]], None] | None = None,
+                hooks: Iterable = ()) -> list[CohortResult]:
+    """Run several cohorts from one driver loop (each with its own folder, cap and tables).
+
+    Returns:
+        One CohortResult per cohort, rows in input order.
+    """
+    from .cluster import ensure_ray
+
+    jobs = [_Job(cases, cfg) for cases, cfg in cohorts]
+    for job in jobs:
+        job.scan(on_case_done)
+    runner: _Runner | None = None
+    try:
+        if any(j.todo for j in jobs):
+            cluster = ensure_ray(next((j.cfg.address for j in jobs if j.cfg.address), None))
+            from ..tools.registry import load_all
+
+            load_all()  # before planning
+            for job in jobs:
+                job.cap = max(1, job.cfg.max_in_flight or default_in_flight(cluster))
+                if job.repairer is None:
+                    job.repairer = rp.default_repairer(job.cfg.run_id) or False
+                    job.own_repairer = True
+            runner = _Runner(jobs, on_case_done, list(hooks), cluster)
+            runner.run()
+    except KeyboardInterrupt:
+        log.warning("interrupted: writing the tables of the cases that finished")
+        if runner is not None:
+            runner.interrupt()
+        for job in jobs:
+            _write_outputs(job)
+        raise
+    finally:
+        if runner is not None:
+            runner.close()
+        for job in jobs:
+            if job.own_repairer and hasattr(job.repairer, "close"):
+                job.repairer.close()
+    for job in jobs:
+        _write_outputs(job)
+    return [job.result() for job in jobs]
 
 
 def run_cohort(cases: Iterable[Case], cfg: CohortConfig,
@@ -162,70 +412,14 @@ def run_cohort(cases: Iterable[Case], cfg: CohortConfig,
     Cases whose folder already holds ``_DONE`` are skipped (resume) and say so in their row.
     Writes ``cohort.parquet``, ``events.parquet`` and ``dataset_description.json`` under ``cfg.out``.
     """
-    from .cluster import ensure_ray
-
-    cfg.out = Path(cfg.out).resolve()
-    cfg.out.mkdir(parents=True, exist_ok=True)
-    cases = list(cases)
-    rows: list[dict[str, Any]] = []
-    todo = []
-    for case in cases:
-        prev = _resumed_row(case, cfg)
-        if prev is not None:
-            log.info("case %s already done (_DONE present): skipped", case.id)
-            rows.append(prev)
-            if on_case_done:
-                on_case_done(prev)
-        else:
-            todo.append(case)
-    if todo:
-        ensure_ray(cfg.address)
-        from ..tools.registry import load_all
-
-        load_all()  # before the case threads start planning
-        reflector = _reflector(cfg.run_id, 2 if cfg.max_in_flight > 2 else 1)
-        try:
-            with ThreadPoolExecutor(max_workers=max(1, cfg.max_in_flight), thread_name_prefix="bcer-case") as pool:
-                futures = {pool.submit(run_one, c, cfg, reflector, hooks): c for c in todo}
-                for fut in as_completed(futures):
-                    row = fut.result()
-                    rows.append(row)
-                    if on_case_done:
-                        on_case_done(row)
-        finally:
-            _release(reflector)
-    order = {c.id: i for i, c in enumerate(cases)}
-    rows.sort(key=lambda r: order.get(r["case"], len(order)))
-    result = CohortResult(cfg.out, rows, cfg.run_id)
-    write_cohort_outputs(result, cfg)
-    return result
+    return run_cohorts([(cases, cfg)], on_case_done, hooks)[0]
 
 
-def _reflector(run_id: str, size: int = 2):
-    """A small pool shared by the cases of the cohort (a later tier 2 holds an LLM client).
-    Named by run, so cohorts running side by side (one per task in ``bcer bench``) never share
-    a repair budget for cases that have the same id."""
-    from ..actors.reflector import ReflectorPool
-
-    return ReflectorPool(size, prefix=f"bcer_reflector_{run_id}")
-
-
-def _release(pool) -> None:
-    import ray
-
-    for member in getattr(pool, "members", []):
-        ray.kill(member, no_restart=True)
-
-
-def write_cohort_outputs(result: CohortResult, cfg: CohortConfig) -> None:
-    import pyarrow.parquet as pq
-
+def _write_outputs(job: _Job) -> None:
     from .. import __version__
 
-    pq.write_table(result.cases, cfg.out / "cohort.parquet")
-    events = result.events
-    if events.num_rows:
-        pq.write_table(events, cfg.out / "events.parquet")
+    result, cfg = job.result(), job.cfg
+    job.tables.finalize(result.rows, [c.id for c in job.cases])
     write_json({
         "Name": f"bcer derivatives: {cfg.contract.id if cfg.contract else 'custom plan'}",
         "BIDSVersion": "1.9.0", "DatasetType": "derivative",
@@ -235,3 +429,15 @@ def write_cohort_outputs(result: CohortResult, cfg: CohortConfig) -> None:
                  "n_cases": len(result.rows), "summary": result.summary(),
                  "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
     }, cfg.out / "dataset_description.json")
+
+
+def write_cohort_outputs(result: CohortResult, cfg: CohortConfig) -> None:
+    """Write the tables of a finished result (kept for callers of the former API)."""
+    job = _Job([], cfg)
+    job.rows = {r["case"]: r for r in result.rows}
+    job.cases = [Case(id=r["case"], root=str(cfg.out)) for r in result.rows]
+    _write_outputs(job)
+
+
+__all__ = ["COHORT_FILE", "CohortConfig", "CohortResult", "ROW_FILE", "admit_case", "default_in_flight",
+           "run_cohort", "run_cohorts", "write_cohort_outputs"]

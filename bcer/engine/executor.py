@@ -73,15 +73,13 @@ def run_case_workflow(workflow: Workflow, case: Case, ctx: RunContext, *,
     """
     import ray
 
-    from . import repair as rp
-
     t0 = time.time()
     ctx.output_dir.mkdir(parents=True, exist_ok=True)
     trace = TraceWriter(ctx.output_dir, ctx.run_id, case.id, hooks)
     run: CaseRun | None = None
     try:
         loop = EventLoop()
-        run = CaseRun(workflow, case, ctx, contract, rp.repairer_for(reflector, case.id), list(hooks), trace,
+        run = CaseRun(workflow, case, ctx, contract, reflector, list(hooks), trace,
                       loop, dict(ray.cluster_resources()))
         run.start()
         drive(loop, [run])
