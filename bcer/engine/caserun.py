@@ -94,18 +94,22 @@ class CaseRun:
         self.children: dict[str, set[str]] = {}
         self.targets: dict[str, list[dict[str, str]]] = {}
         self.outcome: CaseOutcome | None = None
+        self.fused: dict[str, Any] | None = None
         self.finished = False
         self.t0 = time.time()
 
     # ---- lifecycle ---------------------------------------------------------------------------
-    def start(self, announce: bool = True) -> None:
-        """Submit the whole DAG (and one load per sequence)."""
+    def start(self, announce: bool = True, fuse: bool = False) -> None:
+        """Submit the whole DAG (and one load per sequence), or all of it as one fused task
+        when ``fuse`` and the DAG is small and CPU-only (see ``engine.fusion``)."""
         if announce:
             self.trace.emit("case_started", message=f"{len(self.wf.nodes)} nodes")
         call_hooks(self.hooks, "on_case_start", case=self.case.id, workflow=self.wf, run_id=self.ctx.run_id)
         self._plan_dependencies()
         self._plan_targets()
-        self._submit_ready()
+        if not (fuse and self._submit_fused()):
+            self._ensure_loads()
+            self._submit_ready()
         self._maybe_done()
 
     def order(self, tag: tuple) -> int:
@@ -127,6 +131,8 @@ class CaseRun:
             self._on_node_result(tag[1], tag[2], value, exc)
         elif tag[0] == "repair":
             self._on_verdict(tag[1], tag[2], value, exc)
+        elif tag[0] == "fused":
+            self._on_fused_result(value, exc)
         self._submit_ready()
         self._maybe_done()
 
@@ -153,6 +159,12 @@ class CaseRun:
         the repairer's answer time."""
         import ray
 
+        if self.fused is not None and ("fused",) in self.open and not self.fused["cancelled"]:
+            limit = self.fused["limit"]
+            if limit and now - self.fused["t"] > limit + max(_BACKSTOP_GRACE_S, limit):
+                self.fused["cancelled"] = True
+                log.warning("case %s: fused task past its %s s limit, cancelling it", self.case.id, limit)
+                ray.cancel(self.open[("fused",)], force=True)  # -> the case reruns unfused
         for node_id, t_ready in list(self.ready_at.items()):
             if self.status.get(node_id) != "running" or node_id in self.cancelled:
                 continue
@@ -178,7 +190,6 @@ class CaseRun:
                 self.runs[n.id] = self.runs.get(n.id, 0) + 1
                 self._on_failure(n, e.with_context(node=n.id, tool=n.tool).to_dict(), self.runs[n.id])
         self._index_children()
-        self._ensure_loads()
 
     def _index_children(self) -> None:
         self.children = {n.id: set() for n in self.wf.nodes}
@@ -213,7 +224,7 @@ class CaseRun:
             return
         opts = loader_options(self.case.id, key, self.ctx.loader_num_cpus, self.ctx.task_max_retries)
         art, meta = remote_loader().options(**opts).remote(ref)
-        self.seq_refs[key], self.seq_meta_refs[key] = art, meta
+        self.seq_refs[key], self.seq_meta_refs[key] = (art, ()), meta
         self._watch(("seq", key), meta)
 
     # ---- submission ---------------------------------------------------------------------------
@@ -253,7 +264,7 @@ class CaseRun:
             self._on_failure(node, e.to_dict(), attempt, repairable=False)
             return
         try:
-            spec, values = self._node_spec(node, where.device)
+            spec = self._node_spec(node, where.device)
         except ToolError as e:
             self.runs[node.id] = attempt
             self._on_failure(node, e.with_context(node=node.id, tool=node.tool).to_dict(), attempt)
@@ -264,64 +275,146 @@ class CaseRun:
         gen = self.gen[node.id] = self.gen.get(node.id, 0) + 1
         opts = task_options(task_name(self.case.id, node.id, node.tool), where, len(node.outputs) + 1,
                             self.ctx.task_max_retries)
-        refs = remote_node().options(**opts).remote(spec, *values)
+        spec["ports"] = [(port, (*self._prefix(src), *path)) for (port, path), src in zip(spec["ports"], spec["sources"])]
+        refs = remote_node().options(**opts).remote(spec, *self._args(spec))
         self.status[node.id] = "running"
-        self.refs[node.id] = dict(zip(node.outputs, refs[:-1]))
+        self.refs[node.id] = {f: (r, ()) for f, r in zip(node.outputs, refs[:-1])}
         self.meta_refs[node.id] = refs[-1]
         self._watch(("node", node.id, gen), refs[-1])
+        self._record_submission(node, spec, where.device, attempt)
+
+    def _record_submission(self, node: Node, spec: dict[str, Any], device: str, attempt: int) -> None:
         self.records[node.id] = {"tool": node.tool, "version": node.version, "params": spec["params"],
-                                 "inputs": dict(node.inputs), "device": where.device, "attempt": attempt}
+                                 "inputs": dict(node.inputs), "device": device, "attempt": attempt}
         if self._inputs_ready(node.id):
             self.ready_at[node.id] = time.time()
 
-    def _node_spec(self, node: Node, device: str) -> tuple[dict[str, Any], list[Any]]:
-        """What the worker needs (tool, params, ports, deps, writes) and the refs it receives."""
+    def _node_spec(self, node: Node, device: str) -> dict[str, Any]:
+        """What the worker needs to run one node: tool, params, ports and where each input comes
+        from, the metas it depends on, the deliverables it writes. Raises ToolError."""
         runtime = runtime_values(self.ctx.output_dir, device, self.ctx.seed, self.ctx.run_id)
         params = resolve_params(node.params, self.case, runtime)
         validate_params(node.tool, params)
         reg = get_tool(node.tool)
         params = self.sandbox.check_args(params, reg.params_model)  # path params come back resolved
-        ports, port_src, values = self._bind(node)
+        ports, sources = self._sources(node)
         ups, seqs = self.deps[node.id]
         deps = [("node", u) for u in sorted(ups)] + [("seq", k) for k in sorted(seqs)]
         index = {d: i for i, d in enumerate(deps)}
-        port_deps = [(index[src], field) for src, field in port_src]
-        dep_refs = [self.meta_refs[u] if kind == "node" else self.seq_meta_refs[u] for kind, u in deps]
-        writes = []
+        port_deps = [(index[src[:2]], src[2] if src[0] == "node" else None) for src in sources]
         for w in self.targets.get(node.id, ()):
             self.sandbox.check_write(self.ctx.output_dir / w["file"])  # checked here and by the writer
-            writes.append(w)
         fn = reg.fn
-        spec = {"tool": node.tool, "version": node.version, "module": fn.__module__,
+        return {"tool": node.tool, "version": node.version, "module": fn.__module__,
                 "module_file": getattr(sys.modules.get(fn.__module__), "__file__", "") or "",
                 "node": node.id, "case": self.case.id, "run": self.ctx.run_id, "ports": ports,
-                "port_deps": port_deps, "deps": [f"{k}.{u}" for k, u in deps], "params": params,
-                "device": device, "outputs": list(node.outputs), "timeout_s": self._timeout_of(node),
-                "writes": writes, "intermediates": self.ctx.write_intermediates,
+                "sources": sources, "port_deps": port_deps, "deps": [f"{k}.{u}" for k, u in deps],
+                "params": params, "device": device, "outputs": list(node.outputs),
+                "timeout_s": self._timeout_of(node), "writes": list(self.targets.get(node.id, ())),
+                "intermediates": self.ctx.write_intermediates,
                 "cache_dir": str(self.ctx.cache_dir) if self.ctx.cache_dir else None,
                 "output_dir": str(self.ctx.output_dir), "input_root": str(self.case.root),
                 "read_roots": self.read_roots}
-        return spec, [*values, *dep_refs]
 
-    def _bind(self, node: Node) -> tuple[list, list, list]:
-        """(port, subfield path) pairs, where each value comes from, and the ObjectRefs passed as
-        top-level args (Ray resolves those before the task runs)."""
-        ports, src, args = [], [], []
+    def _sources(self, node: Node) -> tuple[list, list]:
+        """(port, subfield path) pairs and where each port's value comes from: ``("seq", key)``
+        or ``("node", id, field)``."""
+        ports, sources = [], []
         for port, raw in node.inputs.items():
             tok = parse_token(raw)
             if tok.scope == "seq":
-                key = sequence_key(self.case, tok.name)
                 ports.append((port, ()))
-                src.append((("seq", key), None))
-                args.append(self.seq_refs[key])
-            else:
-                if tok.field not in self.refs.get(tok.name, {}):
-                    raise ToolError(ErrorCode.bad_reference, f"node {tok.name} has no output {tok.field!r}",
-                                    hint=f"valid: {sorted(self.refs.get(tok.name, {}))}", arg=port)
-                ports.append((port, tuple(tok.path[1:])))
-                src.append((("node", tok.name), tok.field))
-                args.append(self.refs[tok.name][tok.field])
-        return ports, src, args
+                sources.append(("seq", sequence_key(self.case, tok.name)))
+                continue
+            outputs = next((n.outputs for n in self.wf.nodes if n.id == tok.name), [])
+            if tok.field not in outputs:
+                raise ToolError(ErrorCode.bad_reference, f"node {tok.name} has no output {tok.field!r}",
+                                hint=f"valid: {sorted(outputs)}", arg=port)
+            ports.append((port, tuple(tok.path[1:])))
+            sources.append(("node", tok.name, tok.field))
+        return ports, sources
+
+    def _prefix(self, src: tuple) -> tuple:
+        return (self.seq_refs[src[1]] if src[0] == "seq" else self.refs[src[1]][src[2]])[1]
+
+    def _args(self, spec: dict[str, Any]) -> list[Any]:
+        """The ObjectRefs (or kept values) a node task receives: its inputs, then its deps' metas
+        (Ray resolves refs before the task runs, so the DAG is chained without the driver)."""
+        values = [(self.seq_refs[src[1]] if src[0] == "seq" else self.refs[src[1]][src[2]])[0]
+                  for src in spec["sources"]]
+        metas = [self.meta_refs[d.partition(".")[2]] if d.startswith("node.") else
+                 self.seq_meta_refs[d.partition(".")[2]] for d in spec["deps"]]
+        return [*values, *metas]
+
+    # ---- fused submission ---------------------------------------------------------------------
+    def _submit_fused(self) -> bool:
+        """The whole case as one task (loads and nodes in one worker); False when it cannot be
+        fused (a node failed planning, runs on GPU, or the DAG is large): submit it unfused."""
+        from .fusion import fusable
+        from .remote import remote_fused
+
+        if self.error is not None or any(st != "pending" for st in self.status.values()):
+            return False
+        try:
+            placed = [(n, place(n, self.cluster, self.ctx.device_policy, self.device_override.get(n.id)))
+                      for n in self.wf.nodes]
+            if not fusable([w for _, w in placed]):
+                return False
+            specs = [self._node_spec(n, w.device) for n, w in placed]
+            loads = []
+            for key in sorted({k for _, seqs in self.deps.values() for k in seqs}):
+                ref = resolved_ref(self.case, key)
+                self.sandbox.check_read(ref.path)
+                loads.append((key, ref))
+        except ToolError:  # the ordinary path reports it, node by node
+            return False
+        for n, w in placed:
+            if w.fallback:
+                self.trace.emit("fallback", node=n.id, tool=n.tool, attempt=1,
+                                message=f"{n.tool} runs its CPU path: {w.fallback}")
+        first, last = self.wf.nodes[0].id, self.wf.nodes[-1].id
+        memory = max((w.memory or 0) for _, w in placed) or None
+        opts = dict(name=task_name(self.case.id, f"{first}..{last}", "fused"), num_returns=2,
+                    num_cpus=max(w.num_cpus for _, w in placed), max_retries=self.ctx.task_max_retries,
+                    retry_exceptions=False, **({"memory": memory} if memory else {}))
+        kept, meta = remote_fused().options(**opts).remote({"loads": loads, "nodes": specs})
+        limits = [self._timeout_of(n) for n, _ in placed]
+        self.fused = {"kept": kept, "t": time.time(), "cancelled": False,
+                      "limit": None if any(x is None for x in limits) else sum(limits)}
+        for (n, w), spec in zip(placed, specs):
+            self.gen[n.id] = self.gen.get(n.id, 0) + 1
+            self.status[n.id] = "running"
+            self.records[n.id] = {"tool": n.tool, "version": n.version, "params": spec["params"],
+                                  "inputs": dict(n.inputs), "device": w.device, "attempt": 1}
+        self._watch(("fused",), meta)
+        return True
+
+    def _on_fused_result(self, meta: Any, exc: BaseException | None) -> None:
+        """Record every load and node of a fused task as if each had been its own task."""
+        if exc is not None:  # Ray gave up on it (worker lost after retries, cancelled): rerun unfused
+            err = error_from_ray(exc)
+            log.warning("case %s: fused task failed (%s): rerunning it node by node", self.case.id, err["message"])
+            self.trace.emit("retried", message=f"fused task failed ({err['code']}): rerun node by node",
+                            error_code=err["code"])
+            for n in self.wf.nodes:
+                if self.status[n.id] == "running":
+                    self.status[n.id] = "pending"
+            self.fused = None
+            self._ensure_loads()
+            return
+        kept = self.fused["kept"]
+        for key, m in meta["loads"].items():
+            self.seq_meta[key] = self.seq_meta_refs[key] = m
+            self.seq_refs[key] = (kept, ("seq", key))
+            if not m.get("ok"):
+                self._on_seq_failed(key)
+        for n in list(self.wf.nodes):
+            m = meta["nodes"].get(n.id)
+            if m is None:
+                continue
+            self.meta_refs[n.id] = m
+            self.refs[n.id] = {f: (kept, ("node", n.id, f)) for f in n.outputs}
+            self._on_node_result(n.id, self.gen.get(n.id), m, None)
 
     # ---- results ------------------------------------------------------------------------------
     def _on_seq_result(self, key: str, meta: Any, exc: BaseException | None) -> None:

@@ -20,12 +20,14 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Literal
 
 from ..contracts import Case, ErrorCode, TaskContract, ToolError
 from ..contracts.sequences import canonical_sequence
 from ..tools.io import write_json
+from .outputs import write_audit
 from . import repair as rp
+from .fusion import wide_enough
 from .planning import PlanCache, Planner, plan_and_compile
 from .tables import COHORT_FILE, EVENTS_PARQUET, CohortTables, rows_table
 from .trace import TraceWriter
@@ -47,6 +49,9 @@ class CohortConfig:
         node_timeout_s: overrides every tool's own time limit.
         repairer: the run's repairer pool (``for_case``) or repairer, built by the caller
             (API, CLI, bench); None: the registered default pool of this run, if any.
+        fuse: run each case's whole DAG as one Ray task: "auto" (when the cohort is wide
+            enough to fill the cluster and the DAG is small and CPU-only, see
+            ``engine.fusion``), "always" (whenever the DAG allows) or "never".
     """
 
     out: Path
@@ -63,6 +68,7 @@ class CohortConfig:
     cache: Path | None = None
     node_timeout_s: float | None = None
     repairer: Any = None
+    fuse: Literal["auto", "always", "never"] = "auto"
 
     @property
     def goal_text(self) -> str:
@@ -168,6 +174,7 @@ class _Job:
         self.cfg, self.cases = cfg, list(cases)
         self.rows: dict[str, dict[str, Any]] = {}
         self.todo: deque[Case] = deque()
+        self.n_run = 0
         self.active = 0
         self.cap = 1
         self.plans = PlanCache()
@@ -181,6 +188,7 @@ class _Job:
             prev = _resumed_row(case, self.cfg)
             if prev is None:
                 self.todo.append(case)
+                self.n_run += 1
                 continue
             log.info("case %s already done (_DONE present): skipped", case.id)
             self.rows[case.id] = prev
@@ -300,8 +308,9 @@ class _Runner:
         run = CaseRun(wf, case, ctx, cfg.contract, job.repairer, self.hooks, trace, self.loop, self.cluster,
                       on_done=lambda r: self._finished(job, r, t0, revisions))
         self.active[run] = (job, case)
+        fuse = cfg.fuse == "always" or (cfg.fuse == "auto" and wide_enough(job.n_run, self.cluster.get("CPU", 1)))
         try:
-            run.start(announce=False)
+            run.start(announce=False, fuse=fuse)
         except Exception as e:
             run.crash(e)
 
@@ -322,7 +331,7 @@ class _Runner:
     def _record(self, job: _Job, case: Case, trace: TraceWriter | None, row: dict[str, Any]) -> None:
         job.active -= 1
         try:
-            write_json(row, job.cfg.out / case.id / ROW_FILE)
+            write_audit(row, job.cfg.out / case.id / ROW_FILE)
         except OSError:
             log.exception("cannot write the row of case %s", case.id)
         lines: list[str] = []

@@ -33,8 +33,6 @@ class RunContext:
         loader_num_cpus: CPUs of a sequence-load task (gzip decompression is CPU work; a
             fraction lets loads overlap compute but makes Ray start extra workers).
         cache_dir: the content-addressed node cache (None: no cache).
-        fuse: run a case's whole DAG in one Ray task ("always"), never ("never"), or when
-            the runner decides it pays ("auto": see ``bcer.engine.fusion``).
     """
 
     run_id: str
@@ -49,7 +47,6 @@ class RunContext:
     loader_num_cpus: float = 1.0
     read_roots: tuple[str, ...] = ()
     cache_dir: Path | None = None
-    fuse: Literal["auto", "always", "never"] = "never"
 
     def __post_init__(self) -> None:
         self.output_dir = Path(self.output_dir)
