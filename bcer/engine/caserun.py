@@ -36,7 +36,6 @@ from ..tools.registry import get_tool, validate_params
 from . import repair as rp
 from .binder import node_dependencies, resolve_params, resolved_ref, runtime_values, sequence_key
 from .context import CaseOutcome, RunContext, error_from_ray
-from .digest import params_digest
 from .placement import loader_options, place, task_name, task_options
 from .tokens import parse_token
 from .trace import TraceWriter, call_hooks
@@ -213,7 +212,7 @@ class CaseRun:
                 self._load_sequence(key)
 
     def _load_sequence(self, key: str) -> None:
-        from .remote import remote_loader
+        from .remote import remote_loader, submit
 
         ref = resolved_ref(self.case, key)
         try:
@@ -223,7 +222,7 @@ class CaseRun:
             self._on_seq_failed(key)
             return
         opts = loader_options(self.case.id, key, self.ctx.loader_num_cpus, self.ctx.task_max_retries)
-        art, meta = remote_loader().options(**opts).remote(ref)
+        art, meta = submit(remote_loader(), opts, ref)
         self.seq_refs[key], self.seq_meta_refs[key] = (art, ()), meta
         self._watch(("seq", key), meta)
 
@@ -254,7 +253,7 @@ class CaseRun:
         return self.ctx.node_timeout_s or getattr(node.resources, "timeout_s", None)
 
     def _submit(self, node: Node) -> None:
-        from .remote import remote_node
+        from .remote import remote_node, submit
 
         attempt = self.runs.get(node.id, 0) + 1
         try:
@@ -276,7 +275,7 @@ class CaseRun:
         opts = task_options(task_name(self.case.id, node.id, node.tool), where, len(node.outputs) + 1,
                             self.ctx.task_max_retries)
         spec["ports"] = [(port, (*self._prefix(src), *path)) for (port, path), src in zip(spec["ports"], spec["sources"])]
-        refs = remote_node().options(**opts).remote(spec, *self._args(spec))
+        refs = submit(remote_node(), opts, spec, *self._args(spec))
         self.status[node.id] = "running"
         self.refs[node.id] = {f: (r, ()) for f, r in zip(node.outputs, refs[:-1])}
         self.meta_refs[node.id] = refs[-1]
@@ -308,6 +307,7 @@ class CaseRun:
         return {"tool": node.tool, "version": node.version, "module": fn.__module__,
                 "module_file": getattr(sys.modules.get(fn.__module__), "__file__", "") or "",
                 "node": node.id, "case": self.case.id, "run": self.ctx.run_id, "ports": ports,
+                "inputs": dict(node.inputs),
                 "sources": sources, "port_deps": port_deps, "deps": [f"{k}.{u}" for k, u in deps],
                 "params": params, "device": device, "outputs": list(node.outputs),
                 "timeout_s": self._timeout_of(node), "writes": list(self.targets.get(node.id, ())),
@@ -351,7 +351,7 @@ class CaseRun:
         """The whole case as one task (loads and nodes in one worker); False when it cannot be
         fused (a node failed planning, runs on GPU, or the DAG is large): submit it unfused."""
         from .fusion import fusable
-        from .remote import remote_fused
+        from .remote import remote_fused, submit
 
         if self.error is not None or any(st != "pending" for st in self.status.values()):
             return False
@@ -377,7 +377,7 @@ class CaseRun:
         opts = dict(name=task_name(self.case.id, f"{first}..{last}", "fused"), num_returns=2,
                     num_cpus=max(w.num_cpus for _, w in placed), max_retries=self.ctx.task_max_retries,
                     retry_exceptions=False, **({"memory": memory} if memory else {}))
-        kept, meta = remote_fused().options(**opts).remote({"loads": loads, "nodes": specs})
+        kept, meta = submit(remote_fused(), opts, {"loads": loads, "nodes": specs})
         limits = [self._timeout_of(n) for n, _ in placed]
         self.fused = {"kept": kept, "t": time.time(), "cancelled": False,
                       "limit": None if any(x is None for x in limits) else sum(limits)}
@@ -461,7 +461,7 @@ class CaseRun:
             return  # its upstream failed; repairing that upstream resubmits this node
         self.runs[node_id] = attempt = self.runs.get(node_id, 0) + 1
         self.trace.emit("started", time=meta["t_start"], node=node_id, tool=node.tool, attempt=attempt,
-                        args_digest=params_digest(node.inputs, self.records[node_id]["params"]))
+                        args_digest=meta.get("args_digest"))
         call_hooks(self.hooks, "on_node_start", case=self.case.id, node=node_id, attempt=attempt, tool=node.tool)
         if not meta.get("ok"):
             err = meta["error"]

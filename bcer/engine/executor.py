@@ -35,6 +35,7 @@ _TICK_S = 0.25
 
 def drive(loop: EventLoop, runs: list[CaseRun]) -> None:
     """Poll ``loop`` until every run has finished, checking time limits on the way."""
+    last = time.time()
     while not all(r.finished for r in runs):
         if not len(loop):
             for r in runs:  # nothing left to wait for: close whatever is still open
@@ -43,9 +44,11 @@ def drive(loop: EventLoop, runs: list[CaseRun]) -> None:
             break
         loop.poll(_TICK_S)
         now = time.time()
-        for r in runs:
-            if not r.finished:
-                r.check_deadlines(now)
+        if now - last >= _TICK_S:
+            last = now
+            for r in runs:
+                if not r.finished:
+                    r.check_deadlines(now)
 
 
 def run_case_workflow(workflow: Workflow, case: Case, ctx: RunContext, *,
@@ -101,4 +104,28 @@ def run_case_workflow(workflow: Workflow, case: Case, ctx: RunContext, *,
     return outcome
 
 
-__all__ = ["CaseOutcome", "RunContext", "drive", "error_from_ray", "run_case_workflow"]
+def run_case_workflows(items: list[tuple[Workflow, Case, RunContext]], *, contract: TaskContract | None = None,
+                       reflector: Any = None, hooks: list | tuple = (), fuse: bool = False) -> list[CaseOutcome]:
+    """Run many compiled workflows at once from one event loop (no planning, no cohort tables:
+    the cohort runner adds those). Outcomes in input order; a case that crashes the engine
+    fails alone (``internal``)."""
+    import ray
+
+    loop = EventLoop()
+    cluster = dict(ray.cluster_resources())
+    runs: list[CaseRun] = []
+    for workflow, case, ctx in items:
+        ctx.output_dir.mkdir(parents=True, exist_ok=True)
+        trace = TraceWriter(ctx.output_dir, ctx.run_id, case.id, hooks, buffered=True)
+        run = CaseRun(workflow, case, ctx, contract, reflector, list(hooks), trace, loop, cluster,
+                      on_done=lambda r: r.trace.close())
+        runs.append(run)
+        try:
+            run.start(fuse=fuse)
+        except Exception as e:
+            run.crash(e)
+    drive(loop, runs)
+    return [r.outcome for r in runs]
+
+
+__all__ = ["CaseOutcome", "RunContext", "drive", "error_from_ray", "run_case_workflow", "run_case_workflows"]

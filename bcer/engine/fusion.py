@@ -23,7 +23,7 @@ from typing import Any
 
 from .noderun import _pluck, execute_node, load_sequence_task
 
-MAX_FUSED_NODES = 16
+MAX_FUSED_NODES = 64
 
 
 def wide_enough(n_cases: int, cluster_cpus: float) -> bool:
