@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 PARTS = ".bcer_parts"
 COHORT_FILE = "cohort.parquet"
 EVENTS_PARQUET = "events.parquet"
+FLUSH_EVERY_S = 5.0  # a part at least this often while cases finish
 
 
 def flat_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -78,10 +79,10 @@ class CohortTables:
         every_s: a part is also written when this many seconds passed since the last one.
     """
 
-    def __init__(self, out: Path, run_id: str, max_events: int = 20000, every_s: float = 5.0):
+    def __init__(self, out: Path, run_id: str, max_events: int = 20000, every_s: float | None = None):
         self.out, self.run_id = Path(out), run_id
         self.parts = self.out / PARTS
-        self.max_events, self.every_s = max_events, every_s
+        self.max_events, self.every_s = max_events, FLUSH_EVERY_S if every_s is None else every_s
         self._rows: list[dict[str, Any]] = []
         self._events: list[dict[str, Any]] = []
         self._n = 0

@@ -71,8 +71,8 @@ def test_entries_publish_atomically_and_corruption_is_detected(tmp_path):
 def plan(m2_add: float = 1.0) -> PlanSketch:
     """a -> b -> {m1, m2}: two measurement branches; only m2's param changes between runs."""
     return PlanSketch(goal="cache", steps=[
-        {"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1", "add": 1, "sleep_s": 0.3}},
-        {"id": "b", "tool": "xtoy.step", "args": {"img": "@node.a.image", "add": 2, "sleep_s": 0.3}},
+        {"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1", "add": 1}},
+        {"id": "b", "tool": "xtoy.step", "args": {"img": "@node.a.image", "add": 2}},
         {"id": "m1", "tool": "xtoy.measure", "args": {"img": "@node.b.image"}},
         {"id": "m2", "tool": "xtoy.step", "args": {"img": "@node.b.image", "add": m2_add}}])
 
