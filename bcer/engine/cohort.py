@@ -385,9 +385,6 @@ def run_cohorts(cohorts: Iterable[tuple[Iterable[Case], CohortConfig]],
     try:
         if any(j.todo for j in jobs):
             cluster = ensure_ray(next((j.cfg.address for j in jobs if j.cfg.address), None))
-            from ..tools.registry import load_all
-
-            load_all()  # before planning
             for job in jobs:
                 job.cap = max(1, job.cfg.max_in_flight or default_in_flight(cluster))
                 if job.repairer is None:
