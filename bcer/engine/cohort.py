@@ -211,6 +211,7 @@ class _Runner:
         self.active: dict[Any, tuple[_Job, Case]] = {}
         self.planning: dict[Future, tuple[_Job, Case, TraceWriter, float]] = {}
         self._pool: ThreadPoolExecutor | None = None
+        self.n_run = sum(j.n_run for j in jobs)
 
     def run(self) -> None:
         last = 0.0
@@ -308,7 +309,8 @@ class _Runner:
         run = CaseRun(wf, case, ctx, cfg.contract, job.repairer, self.hooks, trace, self.loop, self.cluster,
                       on_done=lambda r: self._finished(job, r, t0, revisions))
         self.active[run] = (job, case)
-        fuse = cfg.fuse == "always" or (cfg.fuse == "auto" and wide_enough(job.n_run, self.cluster.get("CPU", 1)))
+        # wide = the cases of every cohort this loop drives (bench: all tasks) fill the cluster
+        fuse = cfg.fuse == "always" or (cfg.fuse == "auto" and wide_enough(self.n_run, self.cluster.get("CPU", 1)))
         try:
             run.start(announce=False, fuse=fuse)
         except Exception as e:
