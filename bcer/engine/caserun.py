@@ -36,6 +36,7 @@ from ..tools.registry import get_tool, validate_params
 from . import repair as rp
 from .binder import node_dependencies, resolve_params, resolved_ref, runtime_values, sequence_key
 from .context import CaseOutcome, RunContext, error_from_ray
+from .fusion import on_fused_result, submit_fused
 from .placement import loader_options, place, task_name, task_options
 from .tokens import parse_token
 from .trace import TraceWriter, call_hooks
@@ -106,7 +107,7 @@ class CaseRun:
         call_hooks(self.hooks, "on_case_start", case=self.case.id, workflow=self.wf, run_id=self.ctx.run_id)
         self._plan_dependencies()
         self._plan_targets()
-        if not (fuse and self._submit_fused()):
+        if not (fuse and submit_fused(self)):
             self._ensure_loads()
             self._submit_ready()
         self._maybe_done()
@@ -131,7 +132,7 @@ class CaseRun:
         elif tag[0] == "repair":
             self._on_verdict(tag[1], tag[2], value, exc)
         elif tag[0] == "fused":
-            self._on_fused_result(value, exc)
+            on_fused_result(self, value, exc)
         self._submit_ready()
         self._maybe_done()
 
@@ -345,76 +346,6 @@ class CaseRun:
         metas = [self.meta_refs[d.partition(".")[2]] if d.startswith("node.") else
                  self.seq_meta_refs[d.partition(".")[2]] for d in spec["deps"]]
         return [*values, *metas]
-
-    # ---- fused submission ---------------------------------------------------------------------
-    def _submit_fused(self) -> bool:
-        """The whole case as one task (loads and nodes in one worker); False when it cannot be
-        fused (a node failed planning, runs on GPU, or the DAG is large): submit it unfused."""
-        from .fusion import fusable
-        from .remote import remote_fused, submit
-
-        if self.error is not None or any(st != "pending" for st in self.status.values()):
-            return False
-        try:
-            placed = [(n, place(n, self.cluster, self.ctx.device_policy, self.device_override.get(n.id)))
-                      for n in self.wf.nodes]
-            if not fusable([w for _, w in placed]):
-                return False
-            specs = [self._node_spec(n, w.device) for n, w in placed]
-            loads = []
-            for key in sorted({k for _, seqs in self.deps.values() for k in seqs}):
-                ref = resolved_ref(self.case, key)
-                self.sandbox.check_read(ref.path)
-                loads.append((key, ref))
-        except ToolError:  # the ordinary path reports it, node by node
-            return False
-        for n, w in placed:
-            if w.fallback:
-                self.trace.emit("fallback", node=n.id, tool=n.tool, attempt=1,
-                                message=f"{n.tool} runs its CPU path: {w.fallback}")
-        first, last = self.wf.nodes[0].id, self.wf.nodes[-1].id
-        memory = max((w.memory or 0) for _, w in placed) or None
-        opts = dict(name=task_name(self.case.id, f"{first}..{last}", "fused"), num_returns=2,
-                    num_cpus=max(w.num_cpus for _, w in placed), max_retries=self.ctx.task_max_retries,
-                    retry_exceptions=False, **({"memory": memory} if memory else {}))
-        kept, meta = submit(remote_fused(), opts, {"loads": loads, "nodes": specs})
-        limits = [self._timeout_of(n) for n, _ in placed]
-        self.fused = {"kept": kept, "t": time.time(), "cancelled": False,
-                      "limit": None if any(x is None for x in limits) else sum(limits)}
-        for (n, w), spec in zip(placed, specs):
-            self.gen[n.id] = self.gen.get(n.id, 0) + 1
-            self.status[n.id] = "running"
-            self.records[n.id] = {"tool": n.tool, "version": n.version, "params": spec["params"],
-                                  "inputs": dict(n.inputs), "device": w.device, "attempt": 1}
-        self._watch(("fused",), meta)
-        return True
-
-    def _on_fused_result(self, meta: Any, exc: BaseException | None) -> None:
-        """Record every load and node of a fused task as if each had been its own task."""
-        if exc is not None:  # Ray gave up on it (worker lost after retries, cancelled): rerun unfused
-            err = error_from_ray(exc)
-            log.warning("case %s: fused task failed (%s): rerunning it node by node", self.case.id, err["message"])
-            self.trace.emit("retried", message=f"fused task failed ({err['code']}): rerun node by node",
-                            error_code=err["code"])
-            for n in self.wf.nodes:
-                if self.status[n.id] == "running":
-                    self.status[n.id] = "pending"
-            self.fused = None
-            self._ensure_loads()
-            return
-        kept = self.fused["kept"]
-        for key, m in meta["loads"].items():
-            self.seq_meta[key] = self.seq_meta_refs[key] = m
-            self.seq_refs[key] = (kept, ("seq", key))
-            if not m.get("ok"):
-                self._on_seq_failed(key)
-        for n in list(self.wf.nodes):
-            m = meta["nodes"].get(n.id)
-            if m is None:
-                continue
-            self.meta_refs[n.id] = m
-            self.refs[n.id] = {f: (kept, ("node", n.id, f)) for f in n.outputs}
-            self._on_node_result(n.id, self.gen.get(n.id), m, None)
 
     # ---- results ------------------------------------------------------------------------------
     def _on_seq_result(self, key: str, meta: Any, exc: BaseException | None) -> None:

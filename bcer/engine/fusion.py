@@ -18,10 +18,17 @@ on (worker lost, cancelled at its time limit) makes the driver rerun the case un
 """
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
+from ..contracts.errors import ToolError
+from .binder import resolved_ref
+from .context import error_from_ray
 from .noderun import _pluck, execute_node, load_sequence_task
+from .placement import place, task_name
+
+log = logging.getLogger(__name__)
 
 MAX_FUSED_NODES = 64
 
@@ -84,4 +91,76 @@ def _value(values: dict[tuple[str, str], Any], src: tuple) -> Any:
     return None if made is None else _pluck(made, (src[2],))
 
 
-__all__ = ["MAX_FUSED_NODES", "fusable", "run_fused", "wide_enough"]
+# ---- driver side: a CaseRun's fused submission and its result ------------------------------------
+
+def submit_fused(run: Any) -> bool:
+    """The whole case as one task (loads and nodes in one worker); False when it cannot be
+    fused (a node failed planning, runs on GPU, or the DAG is large): submit it unfused."""
+    from .remote import remote_fused, submit
+
+    if run.error is not None or any(st != "pending" for st in run.status.values()):
+        return False
+    try:
+        placed = [(n, place(n, run.cluster, run.ctx.device_policy, run.device_override.get(n.id)))
+                  for n in run.wf.nodes]
+        if not fusable([w for _, w in placed]):
+            return False
+        specs = [run._node_spec(n, w.device) for n, w in placed]
+        loads = []
+        for key in sorted({k for _, seqs in run.deps.values() for k in seqs}):
+            ref = resolved_ref(run.case, key)
+            run.sandbox.check_read(ref.path)
+            loads.append((key, ref))
+    except ToolError:  # the ordinary path reports it, node by node
+        return False
+    for n, w in placed:
+        if w.fallback:
+            run.trace.emit("fallback", node=n.id, tool=n.tool, attempt=1,
+                           message=f"{n.tool} runs its CPU path: {w.fallback}")
+    first, last = run.wf.nodes[0].id, run.wf.nodes[-1].id
+    memory = max((w.memory or 0) for _, w in placed) or None
+    opts = dict(name=task_name(run.case.id, f"{first}..{last}", "fused"), num_returns=2,
+                num_cpus=max(w.num_cpus for _, w in placed), max_retries=run.ctx.task_max_retries,
+                retry_exceptions=False, **({"memory": memory} if memory else {}))
+    kept, meta = submit(remote_fused(), opts, {"loads": loads, "nodes": specs})
+    limits = [run._timeout_of(n) for n, _ in placed]
+    run.fused = {"kept": kept, "t": time.time(), "cancelled": False,
+                 "limit": None if any(x is None for x in limits) else sum(limits)}
+    for (n, w), spec in zip(placed, specs):
+        run.gen[n.id] = run.gen.get(n.id, 0) + 1
+        run.status[n.id] = "running"
+        run.records[n.id] = {"tool": n.tool, "version": n.version, "params": spec["params"],
+                             "inputs": dict(n.inputs), "device": w.device, "attempt": 1}
+    run._watch(("fused",), meta)
+    return True
+
+
+def on_fused_result(run: Any, meta: Any, exc: BaseException | None) -> None:
+    """Record every load and node of a fused task as if each had been its own task."""
+    if exc is not None:  # Ray gave up on it (worker lost after retries, cancelled): rerun unfused
+        err = error_from_ray(exc)
+        log.warning("case %s: fused task failed (%s): rerunning it node by node", run.case.id, err["message"])
+        run.trace.emit("retried", message=f"fused task failed ({err['code']}): rerun node by node",
+                       error_code=err["code"])
+        for n in run.wf.nodes:
+            if run.status[n.id] == "running":
+                run.status[n.id] = "pending"
+        run.fused = None
+        run._ensure_loads()
+        return
+    kept = run.fused["kept"]
+    for key, m in meta["loads"].items():
+        run.seq_meta[key] = run.seq_meta_refs[key] = m
+        run.seq_refs[key] = (kept, ("seq", key))
+        if not m.get("ok"):
+            run._on_seq_failed(key)
+    for n in list(run.wf.nodes):
+        m = meta["nodes"].get(n.id)
+        if m is None:
+            continue
+        run.meta_refs[n.id] = m
+        run.refs[n.id] = {f: (kept, ("node", n.id, f)) for f in n.outputs}
+        run._on_node_result(n.id, run.gen.get(n.id), m, None)
+
+
+__all__ = ["MAX_FUSED_NODES", "fusable", "on_fused_result", "run_fused", "submit_fused", "wide_enough"]
