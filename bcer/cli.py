@@ -261,7 +261,7 @@ def demo(out: Path = typer.Option(Path("demo_out"), help="output folder"),
     console.print(f"[bold]bcer demo[/]: {cases} synthetic case(s) per task, offline planner, "
                   f"{'cluster ' + address if address else 'local Ray'}; outputs in {out}")
     bench(tasks="all", cases=cases, out=out, address=address, size="small", data=None, seed=0,
-          max_in_flight=2)
+          max_in_flight=2, cache=None, node_timeout=None)
     console.print(f"inspect a case: [bold]bcer trace {out}/runs/<task>/<case>[/]  ·  tables: {out}/runs/<task>/cohort.parquet")
 
 
