@@ -26,7 +26,7 @@ from ..contracts.errors import ToolError
 from .binder import resolved_ref
 from .context import error_from_ray
 from .noderun import _pluck, execute_node, load_sequence_task
-from .placement import place, task_name
+from .placement import fused_options, place
 
 log = logging.getLogger(__name__)
 
@@ -117,11 +117,8 @@ def submit_fused(run: Any) -> bool:
         if w.fallback:
             run.trace.emit("fallback", node=n.id, tool=n.tool, attempt=1,
                            message=f"{n.tool} runs its CPU path: {w.fallback}")
-    first, last = run.wf.nodes[0].id, run.wf.nodes[-1].id
-    memory = max((w.memory or 0) for _, w in placed) or None
-    opts = dict(name=task_name(run.case.id, f"{first}..{last}", "fused"), num_returns=2,
-                num_cpus=max(w.num_cpus for _, w in placed), max_retries=run.ctx.task_max_retries,
-                retry_exceptions=False, **({"memory": memory} if memory else {}))
+    opts = fused_options(run.case.id, run.wf.nodes[0].id, run.wf.nodes[-1].id, [w for _, w in placed],
+                         run.ctx.task_max_retries)
     kept, meta = submit(remote_fused(), opts, {"loads": loads, "nodes": specs})
     limits = [run._timeout_of(n) for n, _ in placed]
     run.fused = {"kept": kept, "t": time.time(), "cancelled": False,
