@@ -78,8 +78,8 @@ class Study:
         plan: a plan sketch (file or object) replayed for every case instead of the Brain.
         out: output folder; a rerun on it skips cases with ``_DONE``.
         address: Ray cluster address (None: RAY_ADDRESS or a local cluster).
-        max_in_flight: cases running at once (back-pressure on the object store); None: four
-            per CPU of the cluster.
+        max_in_flight: cases running at once (back-pressure on the object store); None: eight
+            per CPU of the cluster (``engine.cohort.default_in_flight``).
         model_dirs: folders of local model bundles tools may read (besides bcer's own assets).
         cache: node cache folder (content-addressed; shared by cohorts; None: no cache).
         node_timeout_s: time limit of every node (default: each tool's own).

@@ -157,7 +157,7 @@ def cohort(data: Path = typer.Option(..., "--data", help="dataset folder"),
            plan_file: Optional[Path] = typer.Option(None, "--plan"),
            out: Path = typer.Option(Path("bcer_out")), address: Optional[str] = typer.Option(None),
            layout: Optional[str] = typer.Option(None),
-           max_in_flight: Optional[int] = typer.Option(None, help="cases running at once (default: 4 per CPU)"),
+           max_in_flight: Optional[int] = typer.Option(None, help="cases running at once (default: 8 per CPU)"),
            limit: Optional[int] = typer.Option(None, help="first N cases only"),
            cache: Optional[Path] = typer.Option(None, "--cache", help=_CACHE_HELP),
            node_timeout: Optional[float] = typer.Option(None, "--node-timeout", help=_TIMEOUT_HELP)) -> None:

@@ -108,9 +108,10 @@ class CohortResult:
 
 
 def default_in_flight(cluster: dict[str, float]) -> int:
-    """Cases in flight by default: four per CPU (and two per GPU), at least 8. Enough to keep
-    every worker busy while a case's DAG drains, few enough to bound the object store."""
-    return max(8, int(4 * float(cluster.get("CPU", 1)) + 2 * float(cluster.get("GPU", 0))))
+    """Cases in flight by default: eight per CPU (and four per GPU), at least 16. Enough to keep
+    every worker busy while the driver records finished cases (measured on tiny cases: 16 in
+    flight on 2 CPUs beat 8), few enough to bound the object store (``max_in_flight`` caps it)."""
+    return max(16, int(8 * float(cluster.get("CPU", 1)) + 4 * float(cluster.get("GPU", 0))))
 
 
 def admit_case(case: Case, contract: TaskContract | None) -> None:

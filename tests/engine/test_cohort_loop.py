@@ -153,6 +153,6 @@ def test_tables_consolidate_parts_of_a_killed_run(tmp_path):
 
 
 def test_default_in_flight_follows_the_cluster():
-    assert default_in_flight({"CPU": 2.0}) == 8
-    assert default_in_flight({"CPU": 64.0, "GPU": 8.0}) == 272
+    assert default_in_flight({"CPU": 2.0}) == 16
+    assert default_in_flight({"CPU": 64.0, "GPU": 8.0}) == 544
     assert isinstance(pa.table({"a": [1]}), pa.Table)
