@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 import traceback
 import uuid
@@ -155,11 +156,15 @@ def _outcome_row(case: Case, cfg: CohortConfig, outcome: Any, revisions: int, t0
 
 
 def _resumed_row(case: Case, cfg: CohortConfig) -> dict[str, Any] | None:
-    case_dir = cfg.out / case.id
-    if not (cfg.resume and (case_dir / "_DONE").exists()):
+    """The row of a case finished by an earlier run (``_DONE`` present), else None."""
+    if not cfg.resume:
+        return None
+    case_dir = os.path.join(cfg.out, case.id)  # plain strings: 10,000 cases are scanned per resume
+    if not os.path.exists(os.path.join(case_dir, "_DONE")):
         return None
     try:
-        row = json.loads((case_dir / ROW_FILE).read_text())
+        with open(os.path.join(case_dir, ROW_FILE), "rb") as fh:
+            row = json.loads(fh.read())
     except (OSError, ValueError):  # _DONE without its row (killed between the two): run it again
         return None
     row["resumed"] = True
