@@ -234,7 +234,11 @@ class _Runner:
                 wait(list(self.planning), timeout=_TICK_S, return_when=FIRST_COMPLETED)
             else:
                 for run in list(self.active):  # nothing to wait for: close what is still open
-                    run._maybe_done()
+                    if run.finished:  # its recording failed: it must not hold the loop
+                        job, _ = self.active.pop(run)
+                        job.active -= 1
+                    else:
+                        run._maybe_done()
             now = time.time()
             if now - last >= _HOUSEKEEPING_S:
                 last = now
@@ -325,7 +329,11 @@ class _Runner:
     # ---- finishing ----------------------------------------------------------------------------
     def _finished(self, job: _Job, run: Any, t0: float, revisions: int) -> None:
         self.active.pop(run, None)
-        row = _outcome_row(run.case, job.cfg, run.outcome, revisions, t0)
+        try:
+            row = _outcome_row(run.case, job.cfg, run.outcome, revisions, t0)
+        except Exception as e:  # never leave a case unrecorded (the loop would wait for it forever)
+            log.exception("cannot build the row of case %s", run.case.id)
+            row = _error_row(run.case, job.cfg, _internal(e), "failed", t0)
         self._record(job, run.case, run.trace, row)
 
     def _reject(self, job: _Job, case: Case, trace: TraceWriter | None, err: ToolError, status: str,
@@ -338,15 +346,15 @@ class _Runner:
 
     def _record(self, job: _Job, case: Case, trace: TraceWriter | None, row: dict[str, Any]) -> None:
         job.active -= 1
+        job.rows[case.id] = row
+        lines: list[str] = []
         try:
             write_audit(row, job.cfg.out / case.id / ROW_FILE)
-        except OSError:
-            log.exception("cannot write the row of case %s", case.id)
-        lines: list[str] = []
-        if trace is not None:
-            trace.close()
-            lines = trace.all_lines()
-        job.rows[case.id] = row
+            if trace is not None:
+                trace.close()
+                lines = trace.all_lines()
+        except OSError:  # a full disk: the row stays in the tables, the next run redoes the case
+            log.exception("cannot write the row or trace of case %s", case.id)
         job.tables.add(row, lines)
         if self.on_case_done:
             try:
