@@ -100,12 +100,21 @@ class CohortResult:
         return events_table(sorted(self.out.glob("*/events.jsonl")))
 
     def summary(self) -> dict[str, Any]:
+        """Counts and means; ``sr`` is delivered AND plausible, ``sr_delivered`` validators only."""
         n = len(self.rows)
         return {"cases": n, "succeeded": sum(r["status"] == "succeeded" for r in self.rows),
                 "failed": sum(r["status"] not in ("succeeded",) for r in self.rows),
+                "implausible": sum(r["status"] == "implausible" for r in self.rows),
                 "resumed": sum(bool(r.get("resumed")) for r in self.rows),
                 "sr": sum(r.get("sr") or 0 for r in self.rows) / n if n else 0.0,
+                "sr_delivered": sum(_sr_delivered(r) for r in self.rows) / n if n else 0.0,
                 "tcr": sum(r.get("tcr") or 0.0 for r in self.rows) / n if n else 0.0}
+
+
+def _sr_delivered(row: dict[str, Any]) -> int:
+    """A row's delivered-SR (rows written before plausibility existed: their ``sr``)."""
+    v = row.get("sr_delivered", row.get("sr"))
+    return int(v or 0)
 
 
 def default_in_flight(cluster: dict[str, float]) -> int:
@@ -136,7 +145,7 @@ def admit_case(case: Case, contract: TaskContract | None) -> None:
 
 def _error_row(case: Case, cfg: CohortConfig, err: ToolError, status: str, t0: float) -> dict[str, Any]:
     return {"case": case.id, "task": cfg.contract.id if cfg.contract else None, "run": cfg.run_id,
-            "status": status, "sr": 0, "tcr": 0.0, "error_code": err.code.value,
+            "status": status, "sr": 0, "sr_delivered": 0, "tcr": 0.0, "plausibility": [], "error_code": err.code.value,
             "error_message": err.message, "error_node": err.context.get("node"),
             "duration_s": round(time.time() - t0, 3), "repairs": 0, "planner": cfg.planner.name,
             "deliverables": {}, "measurements": {}}
@@ -146,7 +155,9 @@ def _outcome_row(case: Case, cfg: CohortConfig, outcome: Any, revisions: int, t0
     err = outcome.error or {}
     return {"case": case.id, "task": cfg.contract.id if cfg.contract else None, "run": cfg.run_id,
             "status": outcome.status, "sr": outcome.sr if outcome.sr is not None else int(outcome.status == "succeeded"),
+            "sr_delivered": outcome.sr_delivered,
             "tcr": outcome.tcr if outcome.tcr is not None else float(outcome.status == "succeeded"),
+            "plausibility": list(outcome.plausibility),
             "error_code": err.get("code"), "error_message": err.get("message"), "error_node": err.get("node"),
             "duration_s": round(time.time() - t0, 3), "repairs": outcome.repairs, "plan_revisions": revisions,
             "planner": cfg.planner.name, "cache_hits": outcome.cache_hits,

@@ -58,7 +58,7 @@ class CaseOutcome:
     """What happened to one case (the cohort row is built from this)."""
 
     case_id: str
-    status: Literal["succeeded", "failed", "halted"]
+    status: Literal["succeeded", "failed", "halted", "implausible"]
     error: dict[str, Any] | None = None
     deliverables: dict[str, Path] = field(default_factory=dict)
     node_status: dict[str, str] = field(default_factory=dict)
@@ -71,6 +71,8 @@ class CaseOutcome:
     validations: dict[str, tuple[bool, str]] = field(default_factory=dict)
     workflow: Workflow | None = None
     cache_hits: int = 0
+    sr_delivered: int | None = None  # contract validators only; ``sr`` also needs plausibility
+    plausibility: list[dict[str, Any]] = field(default_factory=list)  # CheckResult dicts
 
 
 @functools.cache

@@ -31,18 +31,12 @@ def _validate(run: Any) -> tuple[dict[str, tuple[bool, str]], int | None, float 
     return checks, sr, tcr
 
 
-def _status(run: Any) -> str:
-    return "succeeded" if run.error is None else ("halted" if run.halted else "failed")
-
-
 def finish_case(run: Any, outcome_cls: type) -> Any:
     """Validate, score, write ``workflow.json`` and ``provenance.json``; ``_DONE`` last, only
     for a case whose contract validated (without a contract: every required node succeeded,
-    and SR/TCR count required nodes instead of milestones and deliverables).
-
-    The steps, in order: validate (contract validators) -> score (SR/TCR) -> status."""
+    and SR/TCR count required nodes instead of milestones and deliverables)."""
     checks, sr, tcr = _validate(run)
-    status = _status(run)
+    status = "succeeded" if run.error is None else ("halted" if run.halted else "failed")
     out.write_workflow(run.ctx.output_dir, run.wf)
     inputs = {k: {"path": str(run.case.sequences[k].path), "format": run.case.sequences[k].format,
                   "sha256": m.get("sha256"), "frames": m.get("frames") or None}

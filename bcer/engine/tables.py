@@ -34,8 +34,7 @@ def flat_row(row: dict[str, Any]) -> dict[str, Any]:
     """A cohort row with nested fields flattened (``deliverables`` as JSON, ``m_<measurement>``)."""
     flat = {k: v for k, v in row.items() if k not in ("measurements", "deliverables", "plausibility")}
     flat["deliverables"] = json.dumps(row.get("deliverables", {}))
-    if "plausibility" in row:
-        flat["plausibility"] = json.dumps(row["plausibility"], default=str)
+    flat["plausibility"] = json.dumps(row.get("plausibility", []), default=str)  # mixed value types: JSON text
     for k, v in (row.get("measurements") or {}).items():
         if isinstance(v, (int, float, str, bool)) or v is None:
             flat[f"m_{k}"] = v
