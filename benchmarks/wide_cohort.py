@@ -79,18 +79,25 @@ def _cpu() -> float:
 CPU: dict[str, list[float]] = {}
 
 
-def run_ray(cases: list[Case], out: Path, in_flight: int) -> float:
+def run_ray(cases: list[Case], out: Path, in_flight: int, probe: "RssProbe | None" = None) -> float:
     """Hand-written Ray with the same back-pressure bound (cases in flight)."""
     c0 = _cpu()
     t0 = time.perf_counter()
     pending: list = []
+    finished = 0
     for c in cases:
         if len(pending) >= in_flight * 2:
             done, pending = ray.wait(pending, num_returns=len(pending) - in_flight)
             ray.get(done)
+            for _ in done:
+                finished += 1
+                if probe:
+                    probe({})
         img = _load.remote(c.sequences["T1"])
         pending.append(_stats_and_write.remote(img, str(out / c.id / "stats.json")))
     ray.get(pending)
+    for _ in pending if probe else ():
+        probe({})
     CPU.setdefault("ray", []).append(_cpu() - c0)
     return time.perf_counter() - t0
 
@@ -155,7 +162,10 @@ def main() -> None:
     rss: dict = {}
     for rep in range(args.repeats):
         shutil.rmtree(tmp / "out", ignore_errors=True)
-        results["ray"].append(run_ray(cases, tmp / "out" / "ray", 16))
+        probe = RssProbe(marks) if marks else None
+        results["ray"].append(run_ray(cases, tmp / "out" / "ray", 16, probe))
+        if probe:  # the hand-written driver's own growth, for comparison
+            rss[f"ray_rep{rep}"] = probe.seen
         for mif in args.in_flight.split(","):
             probe = RssProbe(marks) if marks else None
             wall, _ = run_bcer(cases, tmp / "out" / f"bcer_{mif}_{rep}", None if mif == "auto" else int(mif), probe,
