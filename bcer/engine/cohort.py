@@ -50,8 +50,8 @@ class CohortConfig:
         node_timeout_s: overrides every tool's own time limit.
         repairer: the run's repairer pool (``for_case``) or repairer, built by the caller
             (API, CLI, bench); None: the registered default pool of this run, if any.
-        fuse: run each case's whole DAG as one Ray task: "auto" (when the cohort is wide
-            enough to fill the cluster and the DAG is small and CPU-only, see
+        fuse: run each case's whole DAG as one Ray task: "auto" (when the cohorts of the loop
+            hold at least 8 cases per CPU and the DAG is small and CPU-only, see
             ``engine.fusion``), "always" (whenever the DAG allows) or "never".
     """
 

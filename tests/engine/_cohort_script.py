@@ -35,8 +35,9 @@ def main(data: Path, out: Path, cache: Path, address: str) -> None:
     importlib.import_module("tests.engine._exec_tools")
     tables.FLUSH_EVERY_S = 0.5  # write table parts every half second
     # joins the test's cluster, as `bcer cohort --address` does: killing this driver leaves it up
+    # fused cases here, node-by-node ones in the test's resume: a killed fused run resumes unfused
     run_cohort(cohort_cases(data), CohortConfig(out=out, planner=StaticPlanner(plan()), max_in_flight=2,
-                                                cache=cache, address=address))
+                                                cache=cache, address=address, fuse="always"))
 
 
 if __name__ == "__main__":
