@@ -123,10 +123,15 @@ def _rss_mb() -> float:
 
 
 def run_bcer(cases: list[Case], out: Path, in_flight: int | None, probe: RssProbe | None = None,
-             label: str = "bcer") -> tuple[float, dict]:
+             label: str = "bcer", fuse: str = "auto") -> tuple[float, dict]:
+    from bcer.api import make_repairer
+    from bcer.engine.cohort import run_cohort
+
+    cfg = bcer.Study(cases, task=CONTRACT, plan=PLAN, out=out, max_in_flight=in_flight).config()
+    cfg.fuse, cfg.repairer = fuse, make_repairer(cfg.run_id)
     c0 = _cpu()
     t0 = time.perf_counter()
-    result = bcer.Study(cases, task=CONTRACT, plan=PLAN, out=out, max_in_flight=in_flight).run(on_case_done=probe)
+    result = run_cohort(cases, cfg, on_case_done=probe)
     wall = time.perf_counter() - t0
     CPU.setdefault(label, []).append(_cpu() - c0)
     s = result.summary()
@@ -142,6 +147,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--num-cpus", type=int, default=2)
     ap.add_argument("--in-flight", default="16,auto", help="bcer max_in_flight values (auto = default)")
+    ap.add_argument("--fuse", default="auto", help="bcer fusion settings to run, e.g. auto,never")
     ap.add_argument("--rss-at", default="", help="finished-case counts at which to read the driver RSS")
     ap.add_argument("--result", type=Path, default=None)
     args = ap.parse_args()
@@ -157,8 +163,10 @@ def main() -> None:
     load = {"before": os.getloadavg()}
     marks = [int(x) for x in args.rss_at.split(",") if x]
     results: dict = {"ray": []}
-    for mif in args.in_flight.split(","):
-        results[f"bcer_{mif}"] = []
+    arms = [(mif, fuse) for mif in args.in_flight.split(",") for fuse in args.fuse.split(",")]
+    label = {a: f"bcer_{a[0]}" + ("" if a[1] == "auto" else f"_fuse_{a[1]}") for a in arms}
+    for a in arms:
+        results[label[a]] = []
     rss: dict = {}
     for rep in range(args.repeats):
         shutil.rmtree(tmp / "out", ignore_errors=True)
@@ -166,13 +174,14 @@ def main() -> None:
         results["ray"].append(run_ray(cases, tmp / "out" / "ray", 16, probe))
         if probe:  # the hand-written driver's own growth, for comparison
             rss[f"ray_rep{rep}"] = probe.seen
-        for mif in args.in_flight.split(","):
+        for mif, fuse in arms:
             probe = RssProbe(marks) if marks else None
-            wall, _ = run_bcer(cases, tmp / "out" / f"bcer_{mif}_{rep}", None if mif == "auto" else int(mif), probe,
-                               label=f"bcer_{mif}")
-            results[f"bcer_{mif}"].append(wall)
+            name = label[(mif, fuse)]
+            wall, _ = run_bcer(cases, tmp / "out" / f"{name}_{rep}", None if mif == "auto" else int(mif), probe,
+                               label=name, fuse=fuse)
+            results[name].append(wall)
             if probe:
-                rss[f"bcer_{mif}_rep{rep}"] = probe.seen
+                rss[f"{name}_rep{rep}"] = probe.seen
     load["after"] = os.getloadavg()
     ray_med = statistics.median(results["ray"])
     summary = {k: {"wall_s": [round(x, 3) for x in v], "median_s": round(statistics.median(v), 3),

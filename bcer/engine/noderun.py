@@ -15,6 +15,7 @@ resubmits it with its descendants. The worker that produced a deliverable writes
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import importlib.util
 import logging
@@ -292,8 +293,6 @@ def load_sequence_task(ref: SequenceRef) -> tuple[Any, dict[str, Any]]:
     except Exception as e:  # a reader crashing on a bad file is still that file's fault
         err = ToolError(ErrorCode.schema, f"cannot read {ref.path}: {type(e).__name__}: {e}", file=ref.path)
         return None, _meta(t0, "cpu", ok=False, error=err.to_dict())
-    import hashlib
-
     # what a consumer's cache key sees: the bytes AND how they were read (format, options)
     content = hashlib.sha256(canonical_json({"sha256": digest, "frames": extra, "format": ref.format,
                                              "options": ref.options, "kind": ref.kind.value})).hexdigest()
