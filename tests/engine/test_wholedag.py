@@ -151,3 +151,28 @@ def test_task_names_are_readable():
     opts = task_options(task_name("sub01", "seg", "seg.brain_tumor"), Placement(1.0, 0.0, None, "cpu"), 3, 2)
     assert opts["name"] == "sub01/seg/seg.brain_tumor"
     assert (opts["num_returns"], opts["max_retries"], opts["retry_exceptions"]) == (3, 2, False)
+
+
+def test_a_fused_task_ray_gives_up_on_reruns_node_by_node(ray_local, tmp_path):
+    """The worker of a fused case is SIGKILLed (no Ray retry allowed): the case reruns unfused
+    and ends with the deliverables of a clean run."""
+    import json
+
+    case = make_case(tmp_path / "in", "fk")
+    plan = PlanSketch(goal="t", steps=[
+        {"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1"}},
+        {"id": "k", "tool": "xtoy.suicide", "args": {"img": "@node.a.image", "scratch_dir": "@runtime.output_dir"}},
+        {"id": "m", "tool": "xtoy.measure", "args": {"img": "@node.k.image"}}])
+    killed = RunContext(run_id="fk", output_dir=tmp_path / "k" / case.id, task_max_retries=0)
+    clean = RunContext(run_id="fc", output_dir=tmp_path / "c" / case.id)
+    clean.output_dir.mkdir(parents=True)
+    (clean.output_dir / "killed_once").write_text("pre-made: no kill in the clean run")
+    (out,) = run_case_workflows([(compile_plan(plan, case), case, killed)], fuse=True)
+    (ref,) = run_case_workflows([(compile_plan(plan, case), case, clean)], fuse=True)
+    assert out.status == ref.status == "succeeded", (out.error, ref.error)
+    evs = read_events(killed.output_dir / "events.jsonl")
+    assert any(e.kind == "retried" and e.error_code == "worker_lost" and "fused" in e.message for e in evs)
+    assert (killed.output_dir / "killed_once").read_text().isdigit()  # the fused worker really died
+    digests = [json.loads((c.output_dir / "provenance.json").read_text())["deliverables"]["m"]["files"]
+               for c in (killed, clean)]
+    assert digests[0] == digests[1]
