@@ -193,6 +193,9 @@ def main() -> None:
               "synth_s": round(synth_s, 2), "results": summary, "driver_rss_mb_at_cases": rss,
               "driver_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
               "load_average": load, "cpu_count": os.cpu_count(), "ray_version": ray.__version__,
+              # Ray keeps one metric series per task name: readable per-case names cost driver
+              # memory unless metrics collection is off (RAY_enable_metrics_collection=0)
+              "ray_enable_metrics_collection": os.environ.get("RAY_enable_metrics_collection", "1"),
               "python": platform.python_version(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "note": "same cluster, runs interleaved; ray = load task + stats task writing the JSON, "
                       "16 cases in flight; bcer = Study with a contract (validation, trace, provenance, "
