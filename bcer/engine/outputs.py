@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import io
 import logging
+import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -113,8 +115,23 @@ def audit_json(obj: Any) -> bytes:
 
 
 def write_audit(obj: Any, path: str | Path) -> Path:
-    """Write an audit record atomically (temp file + rename)."""
-    return atomic_write_bytes(path, audit_json(obj))
+    """Write an audit record atomically (temp file + rename) into an existing folder (the
+    case folder: no ``mkdir`` per file, a per-process temp name instead of ``mkstemp``)."""
+    path = os.fspath(path)
+    tmp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.{os.getpid()}.{threading.get_ident()}.tmp"
+    payload = audit_json(obj)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except FileNotFoundError:  # the folder does not exist yet: the slow, general path
+        return atomic_write_bytes(path, payload)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(path)
 
 
 def write_workflow(case_dir: str | Path, workflow: Workflow | dict[str, Any]) -> Path:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from pathlib import Path
 from typing import Any, Iterable, Protocol
@@ -69,11 +70,15 @@ class TraceWriter:
     def __init__(self, case_dir: str | Path, run_id: str, case_id: str, hooks: Iterable[Any] = (),
                  buffered: bool = False):
         self.path = Path(case_dir) / EVENTS_FILE
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not os.path.isdir(case_dir):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         self.run_id, self.case_id, self.hooks = run_id, case_id, list(hooks)
         self.buffered = buffered
         self.lines: list[str] = []  # every line of this run (the cohort's events table takes them)
-        self.had_history = self.path.exists() and self.path.stat().st_size > 0
+        try:
+            self.had_history = os.stat(self.path).st_size > 0
+        except FileNotFoundError:
+            self.had_history = False
         self._pending: list[str] = []
         self._lock = threading.Lock()
         self._closed = False
