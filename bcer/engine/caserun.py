@@ -95,6 +95,7 @@ class CaseRun:
         self.targets: dict[str, list[dict[str, str]]] = {}
         self.outcome: CaseOutcome | None = None
         self.fused: dict[str, Any] | None = None
+        self._positions: dict[str, int] = {}
         self.finished = False
         self.t0 = time.time()
 
@@ -117,7 +118,7 @@ class CaseRun:
         if tag[0] == "seq":
             return -1
         if tag[0] == "node":
-            return next((i for i, n in enumerate(self.wf.nodes) if n.id == tag[1]), 0)
+            return self._index(tag[1])
         return 1 << 20
 
     def dispatch(self, tag: tuple, value: Any, exc: BaseException | None) -> None:
@@ -374,7 +375,7 @@ class CaseRun:
     def _on_node_result(self, node_id: str, gen: int, meta: Any, exc: BaseException | None) -> None:
         if self.status.get(node_id) != "running" or self.gen.get(node_id) != gen:
             return  # a void submission (upstream failed, patched or given up since)
-        node = self.wf.node(node_id)
+        node = self._node(node_id)
         if exc is not None:
             err = error_from_ray(exc)
             if not self._inputs_ready(node_id):
@@ -562,7 +563,13 @@ class CaseRun:
                 self._block(d, f"upstream {node.id} failed ({err['code']})")
 
     def _index(self, node_id: str) -> int:
-        return next((i for i, n in enumerate(self.wf.nodes) if n.id == node_id), 0)
+        """Topological position of a node (the node list only changes when a repair inserts one)."""
+        if len(self._positions) != len(self.wf.nodes):
+            self._positions = {n.id: i for i, n in enumerate(self.wf.nodes)}
+        return self._positions.get(node_id, 0)
+
+    def _node(self, node_id: str) -> Node:
+        return self.wf.nodes[self._index(node_id)]
 
     def _block(self, node_id: str, why: str) -> None:
         n = self.wf.node(node_id)

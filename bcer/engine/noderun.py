@@ -44,13 +44,22 @@ class _NodeTimeout(BaseException):
     ``call_tool`` (and of tools) cannot turn a timeout into an ``internal`` error."""
 
 
-def _worker_id() -> str:
-    try:
-        import ray
+_WORKER_ID: str | None = None
 
-        return ray.get_runtime_context().get_node_id()[:12]
-    except Exception:  # outside a Ray worker (tests calling run_node directly)
-        return "local"
+
+def _worker_id() -> str:
+    """The Ray node this worker process runs on (fixed for the process: looked up once)."""
+    global _WORKER_ID
+    if _WORKER_ID is None:
+        try:
+            import ray
+
+            if not ray.is_initialized():  # outside Ray (run in process): never start a cluster here
+                return "local"
+            _WORKER_ID = ray.get_runtime_context().get_node_id()[:12]
+        except Exception:
+            return "local"
+    return _WORKER_ID
 
 
 def _import_module(module: str, file: str) -> None:
