@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -287,6 +288,7 @@ def main() -> None:
     args.result.parent.mkdir(parents=True, exist_ok=True)
     args.result.write_text(json.dumps(report, indent=2))
     print(json.dumps(summary, indent=1), "\nload", load)
+    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
