@@ -22,12 +22,14 @@ really ran is ``[time - duration_s, time]``.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from ..contracts.artifacts import ArtifactKind
 from ..contracts.case import Case
 from ..contracts.errors import ErrorCode, ToolError
 from ..contracts.task import TaskContract
@@ -43,6 +45,8 @@ from .trace import TraceWriter, call_hooks
 
 log = logging.getLogger(__name__)
 _NO_REPAIR = {ErrorCode.worker_lost.value, ErrorCode.timeout.value}
+_HALT_CASE = {ErrorCode.sandbox.value, ErrorCode.input_missing.value}  # an input problem halts the whole case
+_TIMEOUT_RETRIES = 1  # a timed-out node is re-submitted unchanged this many times
 _BACKSTOP_GRACE_S = 10.0  # beyond a node's limit before the driver kills a task stuck in C code
 
 
@@ -95,6 +99,9 @@ class CaseRun:
         self.targets: dict[str, list[dict[str, str]]] = {}
         self.outcome: CaseOutcome | None = None
         self.fused: dict[str, Any] | None = None
+        self.timeouts: dict[str, int] = {}               # timed-out attempts re-submitted per node
+        self.clock: Any = None                            # the node clock actor (with ``node_timeout_s``)
+        self.reviewed: dict[str, Any] = {}                # node -> reviewed report (R4, engine.review)
         self._positions: dict[str, int] = {}
         self.finished = False
         self.t0 = time.time()
@@ -134,6 +141,8 @@ class CaseRun:
             self._on_verdict(tag[1], tag[2], value, exc)
         elif tag[0] == "fused":
             on_fused_result(self, value, exc)
+        elif tag[0] == "review":
+            self._on_reviewed(tag[1], tag[2], value, exc)
         self._submit_ready()
         self._maybe_done()
 
@@ -162,15 +171,23 @@ class CaseRun:
 
         if self.fused is not None and ("fused",) in self.open and not self.fused["cancelled"]:
             limit = self.fused["limit"]
-            if limit and now - self.fused["t"] > limit + max(_BACKSTOP_GRACE_S, limit):
+            if limit and now - self.fused["t"] > limit + max(_BACKSTOP_GRACE_S, limit) and self._ran_past(
+                    {"fused": self.fused.get("clock_key")}, limit).get("fused", True):
                 self.fused["cancelled"] = True
                 log.warning("case %s: fused task past its %s s limit, cancelling it", self.case.id, limit)
                 ray.cancel(self.open[("fused",)], force=True)  # -> the case reruns unfused
+        late: dict[str, float] = {}
         for node_id, t_ready in list(self.ready_at.items()):
             if self.status.get(node_id) != "running" or node_id in self.cancelled:
                 continue
             limit = self._timeout_of(self.wf.node(node_id))
             if limit and now - t_ready > limit + max(_BACKSTOP_GRACE_S, limit):
+                late[node_id] = limit
+        if late:
+            ran = self._ran_past({n: self._clock_key(n) for n in late}, late)
+            for node_id, limit in late.items():
+                if not ran.get(node_id, True):
+                    continue  # still queued for a worker (or within its limit): not hung
                 self.cancelled.add(node_id)
                 log.warning("case %s node %s: past its %s s limit, cancelling the task", self.case.id, node_id, limit)
                 ray.cancel(self.meta_refs[node_id], force=True)  # its result then raises -> timeout
@@ -181,6 +198,47 @@ class CaseRun:
                 self._on_verdict(node_id, attempt, halt, None)
                 self._submit_ready()
                 self._maybe_done()
+
+    # ---- node clock (run time, not queue time) -------------------------------------------------
+    def _clock_key(self, node_id: str, gen: int | None = None) -> str | None:
+        if self.clock is None:
+            return None
+        return f"{self.case.id}:{node_id}:{self.gen.get(node_id, 0) if gen is None else gen}"
+
+    def clock_fields(self, node_id: str, gen: int) -> dict[str, Any]:
+        """What a node task needs to report its start to the clock: with ``node_timeout_s`` a
+        node's limit counts from when it starts running, not from when it was submitted (with
+        many cases in flight a node may wait in Ray's queue longer than any sensible limit)."""
+        if not self.ctx.node_timeout_s:
+            return {}
+        if self.clock is None:
+            from .clock import node_clock
+
+            self.clock = node_clock()
+        return {"clock": self.clock, "clock_key": self._clock_key(node_id, gen)}
+
+    def _ran_past(self, keys: dict[str, str | None], limits: dict[str, float] | float) -> dict[str, bool]:
+        """For the backstop: which of ``keys`` (name -> clock key) have RUN past their limit plus the
+        grace. Without a clock (or for a key it lacks) the time since inputs were ready decides
+        (True). A node the clock has not seen start is still queued (False)."""
+        asked = {name: key for name, key in keys.items() if key is not None}
+        if self.clock is None or not asked:
+            return {}
+        import ray
+
+        try:
+            running = ray.get(self.clock.running_for.remote(list(asked.values())), timeout=10)
+        except Exception as e:  # no clock answer: fall back on the time since ready, get a new clock
+            log.warning("node clock unavailable (%s); timing nodes from when they were ready", type(e).__name__)
+            from .clock import node_clock
+
+            self.clock = node_clock(fresh=True)
+            return {}
+        out = {}
+        for name, key in asked.items():
+            limit = limits if isinstance(limits, (int, float)) else limits[name]
+            out[name] = (running.get(key) or 0.0) > limit + _BACKSTOP_GRACE_S
+        return out
 
     # ---- dependencies --------------------------------------------------------------------------
     def _plan_dependencies(self) -> None:
@@ -210,6 +268,8 @@ class CaseRun:
     def _ensure_loads(self) -> None:
         """One load task per sequence any node needs (also after a patch rebinds a port)."""
         for key in sorted({s for _, seqs in self.deps.values() for s in seqs}):
+            if self.halted:
+                return
             if key not in self.seq_refs and key not in self.seq_meta:
                 self._load_sequence(key)
 
@@ -219,6 +279,9 @@ class CaseRun:
         ref = resolved_ref(self.case, key)
         try:
             self.sandbox.check_read(ref.path)
+            if not os.path.exists(ref.path):  # checked before any node runs: a halt leaves nothing half-made
+                raise ToolError(ErrorCode.input_missing, f"sequence {key} of case {self.case.id} is listed but "
+                                f"{ref.path} does not exist", hint="restore the file or drop the sequence")
         except ToolError as e:
             self.seq_meta[key] = {"ok": False, "error": e.with_context(file=ref.path).to_dict()}
             self._on_seq_failed(key)
@@ -277,6 +340,7 @@ class CaseRun:
         opts = task_options(task_name(self.case.id, node.id, node.tool), where, len(node.outputs) + 1,
                             self.ctx.task_max_retries)
         spec["ports"] = [(port, (*self._prefix(src), *path)) for (port, path), src in zip(spec["ports"], spec["sources"])]
+        spec.update(self.clock_fields(node.id, gen))
         refs = submit(remote_node(), opts, spec, *self._args(spec))
         self.status[node.id] = "running"
         self.refs[node.id] = {f: (r, ()) for f, r in zip(node.outputs, refs[:-1])}
@@ -312,7 +376,7 @@ class CaseRun:
                 "inputs": dict(node.inputs),
                 "sources": sources, "port_deps": port_deps, "deps": [f"{k}.{u}" for k, u in deps],
                 "params": params, "device": device, "outputs": list(node.outputs),
-                "timeout_s": self._timeout_of(node), "writes": list(self.targets.get(node.id, ())),
+                "timeout_s": self._timeout_of(node), "writes": self._worker_writes(node),
                 "intermediates": self.ctx.write_intermediates,
                 "cache_dir": str(self.ctx.cache_dir) if self.ctx.cache_dir else None,
                 "output_dir": str(self.ctx.output_dir), "input_root": str(self.case.root),
@@ -368,6 +432,9 @@ class CaseRun:
         err["context"] = dict(err.get("context", {}), sequence=key)
         self.trace.emit("failed", node=f"seq.{key}", tool="io.load_sequence", error_code=err["code"],
                         message=err["message"])
+        if err["code"] in _HALT_CASE:  # reading outside the case or a missing input halts the whole case
+            self._halt_case(f"seq.{key}", err)
+            return
         for n in self._consumers(key):
             if self.status[n] in ("pending", "running"):
                 self._give_up(self.wf.node(n), err, halted=False)
@@ -387,6 +454,8 @@ class CaseRun:
                 self.trace.emit("timeout", node=node_id, tool=node.tool, message=err["message"],
                                 data={"limit_s": self._timeout_of(node), "cancelled": True})
             self.runs[node_id] = attempt = self.runs.get(node_id, 0) + 1
+            if err["code"] == ErrorCode.timeout.value and self._retry_timeout(node, err, attempt):
+                return
             self._on_failure(node, err, attempt, repairable=err["code"] not in _NO_REPAIR)
             return
         if meta.get("not_run"):
@@ -400,6 +469,8 @@ class CaseRun:
             if err["code"] == ErrorCode.timeout.value:
                 self.trace.emit("timeout", node=node_id, tool=node.tool, attempt=attempt,
                                 message=err["message"], data={"limit_s": self._timeout_of(node)})
+                if self._retry_timeout(node, err, attempt, meta):
+                    return
             repairable = err["code"] not in _NO_REPAIR and meta.get("phase") != "write"
             self._on_failure(node, err, attempt, repairable=repairable, meta=meta)
             return
@@ -432,6 +503,10 @@ class CaseRun:
             self.written[name] = w
             self.trace.emit("deliverable", node=node.id, tool=node.tool, message=Path(w["files"][0]).name)
         self.measurements.update(meta.get("measurements") or {})
+        for w in self._reviewed_writes(node):  # R4: the driver reviews the report, then writes it
+            from .review import submit_review
+
+            self._watch(("review", node.id, w["name"]), submit_review(self, node, w))
         now = time.time()
         for c in self.children.get(node.id, ()):
             if self.status.get(c) == "running" and self._inputs_ready(c):
@@ -483,6 +558,9 @@ class CaseRun:
         self._apply_verdict(self.wf.node(node_id), verdict, attempt, dict(err))
 
     def _apply_verdict(self, node: Node, verdict: Any, attempt: int, err: dict[str, Any]) -> None:
+        if self._resolved_repairer:  # llm: the repairer's calls for this verdict, before it takes effect
+            for e in rp.repair_events(self._resolved_repairer, self.case.id, self.ctx.reflector_timeout_s):
+                self.trace.emit(**e)
         if verdict is None or not hasattr(verdict, "inputs"):
             err["halt_reason"] = getattr(verdict, "reason", "no reflector available")
             self._give_up(node, err, halted=verdict is not None)
@@ -546,6 +624,37 @@ class CaseRun:
                 self._forget(("node", d, self.gen.get(d)))
                 self.status[d] = "pending"
                 self.ready_at.pop(d, None)
+
+    def _retry_timeout(self, node: Node, err: dict[str, Any], attempt: int,
+                       meta: dict[str, Any] | None = None) -> bool:
+        """A timed-out node is re-submitted unchanged once: a hang is most often transient (stuck
+        I/O, a wedged worker); a second timeout fails it for good (never repaired)."""
+        if self.timeouts.get(node.id, 0) >= _TIMEOUT_RETRIES or attempt >= self.ctx.max_attempts_per_node:
+            return False
+        self.timeouts[node.id] = self.timeouts.get(node.id, 0) + 1
+        self.trace.emit("failed", node=node.id, tool=node.tool, attempt=attempt, error_code=err["code"],
+                        message=err["message"], duration_s=(meta or {}).get("duration_s"))
+        call_hooks(self.hooks, "on_node_end", case=self.case.id, node=node.id, status="failed",
+                   duration_s=(meta or {}).get("duration_s"), error=err, attempt=attempt)
+        self._void_descendants(node.id)
+        self.cancelled.discard(node.id)
+        self.ready_at.pop(node.id, None)
+        self.status[node.id] = "pending"
+        self.trace.emit("retried", node=node.id, tool=node.tool, attempt=attempt + 1,
+                        message="timed out: re-submitted unchanged")
+        return True
+
+    def _halt_case(self, where: str, err: dict[str, Any]) -> None:
+        """Stop the whole case: nothing not yet run runs (nothing else is written); the error
+        is the case's."""
+        for n in self.wf.nodes:
+            if self.status[n.id] in ("pending", "running"):
+                self._block(n.id, f"the case halted: {err['code']} at {where}")
+        ctx = err.get("context", {})
+        self.error = {"code": err["code"], "message": err["message"], "hint": err.get("hint", ""), "node": where,
+                      "tool": None, "file": ctx.get("file"), "context": ctx,
+                      "halt_reason": f"{err['code']} halts at once"}
+        self.halted = True
 
     def _give_up(self, node: Node, err: dict[str, Any], *, halted: bool) -> None:
         """The node failed for good: block its dependents; a required node fails the case."""
@@ -611,6 +720,42 @@ class CaseRun:
                             file=f"{n.id}_{f}" if len(n.outputs) > 1 else n.id)
                 for n in self.wf.nodes if n.id in sinks for f in n.outputs]
 
+    def _reviewed_writes(self, node: Node) -> list[dict[str, str]]:
+        """The node's report deliverables when a reviewer is set: the driver reviews (R4) and
+        writes them (``engine.review``); the worker writes the others."""
+        if getattr(self.ctx, "reviewer", None) is None or node.id not in self.targets:
+            return []
+        spec = get_tool(node.tool).spec
+        return [w for w in self.targets[node.id]
+                if (port := spec.output(w["field"])) is not None and port.kind == ArtifactKind.report]
+
+    def _worker_writes(self, node: Node) -> list[dict[str, str]]:
+        reviewed = self._reviewed_writes(node)
+        return [w for w in self.targets.get(node.id, ()) if w not in reviewed]
+
+    def fetch(self, node_id: str, field: str) -> Any:
+        """The value of a node's output field (from the object store; blocks until it exists)."""
+        import ray
+
+        from .noderun import _pluck
+
+        ref, path = self.refs[node_id][field]
+        return _pluck(ray.get(ref), tuple(path))
+
+    def _on_reviewed(self, node_id: str, name: str, value: Any, exc: BaseException | None) -> None:
+        node = self._node(node_id)
+        if exc is None:
+            written, measurements = value
+            self.written[name] = written
+            self.measurements.update(measurements)
+            self.trace.emit("deliverable", node=node.id, tool=node.tool, message=Path(written["files"][0]).name)
+            return
+        err = (exc.to_dict() if isinstance(exc, ToolError) else
+               ToolError(ErrorCode.internal, f"writing the reviewed report failed: {type(exc).__name__}: {exc}",
+                         node=node_id, tool=node.tool).to_dict())
+        self.trace.emit("failed", node=node_id, tool=node.tool, error_code=err["code"], message=err["message"])
+        self._give_up(node, err, halted=False)
+
     def deliverable_paths(self) -> dict[str, Path]:
         return {k: Path(v["files"][0]) for k, v in self.written.items()}
 
@@ -622,6 +767,11 @@ class CaseRun:
                 self._block(n.id, "its inputs never became available")
         from .finish import finish_case
 
+        if self.clock is not None:
+            try:
+                self.clock.forget.remote(f"{self.case.id}:")
+            except Exception:  # a lost clock forgets by itself
+                pass
         self.outcome = finish_case(self, CaseOutcome)
         self.outcome.cache_hits = self.cache_hits
         self._done()

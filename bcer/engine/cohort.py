@@ -30,6 +30,7 @@ from .outputs import write_audit
 from . import repair as rp
 from .fusion import wide_enough
 from .planning import PlanCache, Planner, plan_and_compile
+from .review import release_reviewer, resolve_reviewer
 from .tables import COHORT_FILE, EVENTS_PARQUET, CohortTables, rows_table
 from .trace import TraceWriter
 
@@ -53,6 +54,8 @@ class CohortConfig:
         fuse: run each case's whole DAG as one Ray task: "auto" (when the cohorts of the loop
             hold at least 8 cases per CPU and the DAG is small and CPU-only, see
             ``engine.fusion``), "always" (whenever the DAG allows) or "never".
+        reviewer: report reviewer (R4, ``engine.review``), or a zero-argument factory called
+            once Ray is up (and the reviewer it builds released when the cohort ends).
     """
 
     out: Path
@@ -70,6 +73,7 @@ class CohortConfig:
     node_timeout_s: float | None = None
     repairer: Any = None
     fuse: Literal["auto", "always", "never"] = "auto"
+    reviewer: Any = None
 
     @property
     def goal_text(self) -> str:
@@ -198,6 +202,7 @@ class _Job:
         self.tables = CohortTables(cfg.out, cfg.run_id)
         self.repairer: Any = cfg.repairer
         self.own_repairer = False
+        self.reviewer: Any = None  # resolved from cfg.reviewer once Ray is up
         self.cache_dir = Path(cfg.cache).resolve() if cfg.cache else None
 
     def scan(self, on_case_done: Callable | None) -> None:
@@ -319,6 +324,7 @@ class _Runner:
 
         sketch, wf, revisions, reused = planned
         cfg = job.cfg
+        _planner_events(cfg.planner, case.id, trace)  # llm: the LLM calls and plan verdicts of this case
         write_plan(cfg.out / case.id, sketch)
         trace.emit("planned", message=f"{len(sketch.steps)} steps by {cfg.planner.name}",
                    data={"planner": cfg.planner.name, "revisions": revisions, "reused": reused})
@@ -326,7 +332,7 @@ class _Runner:
                    data={"reused": reused})
         ctx = RunContext(run_id=cfg.run_id, output_dir=cfg.out / case.id, seed=cfg.seed,
                          read_roots=tuple(cfg.model_dirs), node_timeout_s=cfg.node_timeout_s,
-                         cache_dir=job.cache_dir)
+                         cache_dir=job.cache_dir, reviewer=job.reviewer)
         run = CaseRun(wf, case, ctx, cfg.contract, job.repairer, self.hooks, trace, self.loop, self.cluster,
                       on_done=lambda r: self._finished(job, r, t0, revisions))
         self.active[run] = (job, case)
@@ -351,6 +357,7 @@ class _Runner:
                 t0: float, tb: str | None = None) -> None:
         row = _error_row(case, job.cfg, err, status, t0)
         if trace is not None:
+            _planner_events(job.cfg.planner, case.id, trace)  # llm: why no plan (rejected candidates)
             trace.emit("case_finished", error_code=err.code.value, message=f"status={status}: {err.message}",
                        data={"traceback": tb[-4000:]} if tb else None)
         self._record(job, case, trace, row)
@@ -391,6 +398,21 @@ class _Runner:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
 
+def _planner_events(planner: Any, case_id: str, trace: TraceWriter) -> None:
+    """A planner's pending events of a case (``pop_events``: LLM calls, rejected and accepted
+    plans, fallbacks), made while it planned, into the case's trace with their own times."""
+    pop = getattr(planner, "pop_events", None)
+    if pop is None:
+        return
+    try:
+        events = pop(case_id)
+    except Exception:  # the audit detail is lost, the plan stands
+        log.exception("cannot read the planner's events of case %s", case_id)
+        return
+    for e in events:
+        trace.emit(**e)
+
+
 def _internal(e: Exception) -> ToolError:
     return ToolError(ErrorCode.internal, f"{type(e).__name__}: {e}")
 
@@ -417,6 +439,7 @@ def run_cohorts(cohorts: Iterable[tuple[Iterable[Case], CohortConfig]],
                 if job.repairer is None:
                     job.repairer = rp.default_repairer(job.cfg.run_id) or False
                     job.own_repairer = True
+                job.reviewer = resolve_reviewer(job.cfg.reviewer)
             runner = _Runner(jobs, on_case_done, list(hooks), cluster)
             runner.run()
     except KeyboardInterrupt:
@@ -432,6 +455,8 @@ def run_cohorts(cohorts: Iterable[tuple[Iterable[Case], CohortConfig]],
         for job in jobs:
             if job.own_repairer and hasattr(job.repairer, "close"):
                 job.repairer.close()
+            if job.reviewer is not None and job.reviewer is not job.cfg.reviewer:  # built here: released here
+                release_reviewer(job.reviewer)
     for job in jobs:
         _write_outputs(job)
     return [job.result() for job in jobs]

@@ -33,6 +33,8 @@ class RunContext:
         loader_num_cpus: CPUs of a sequence-load task (gzip decompression is CPU work; a
             fraction lets loads overlap compute but makes Ray start extra workers).
         cache_dir: the content-addressed node cache (None: no cache).
+        reviewer: reviews report deliverables before they are written and curates them after
+            validation (``bcer.engine.review``); None: the tool's report is written as is.
     """
 
     run_id: str
@@ -47,6 +49,7 @@ class RunContext:
     loader_num_cpus: float = 1.0
     read_roots: tuple[str, ...] = ()
     cache_dir: Path | None = None
+    reviewer: Any = None  # engine.review.ReportReviewer for report deliverables (R4); None: no review
 
     def __post_init__(self) -> None:
         self.output_dir = Path(self.output_dir)

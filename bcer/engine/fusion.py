@@ -19,6 +19,7 @@ on (worker lost, cancelled at its time limit) makes the driver rerun the case un
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
@@ -106,6 +107,8 @@ def submit_fused(run: Any) -> bool:
 
     if run.error is not None or any(st != "pending" for st in run.status.values()):
         return False
+    if any(run._reviewed_writes(n) for n in run.wf.nodes):  # a report the driver reviews (R4) before writing
+        return False
     try:
         placed = [(n, place(n, run.cluster, run.ctx.device_policy, run.device_override.get(n.id)))
                   for n in run.wf.nodes]
@@ -116,6 +119,8 @@ def submit_fused(run: Any) -> bool:
         for key in sorted({k for _, seqs in run.deps.values() for k in seqs}):
             ref = resolved_ref(run.case, key)
             run.sandbox.check_read(ref.path)
+            if not os.path.exists(ref.path):  # the node-by-node path halts the case before any node runs
+                return False
             loads.append((key, ref))
     except ToolError:  # the ordinary path reports it, node by node
         return False
@@ -123,12 +128,15 @@ def submit_fused(run: Any) -> bool:
         if w.fallback:
             run.trace.emit("fallback", node=n.id, tool=n.tool, attempt=1,
                            message=f"{n.tool} runs its CPU path: {w.fallback}")
+    for (n, _), spec in zip(placed, specs):
+        spec.update(run.clock_fields(n.id, run.gen.get(n.id, 0) + 1))
     opts = fused_options(run.case.id, run.wf.nodes[0].id, run.wf.nodes[-1].id, [w for _, w in placed],
                          run.ctx.task_max_retries)
     kept, meta = submit(remote_fused(), opts, {"loads": loads, "nodes": specs})
     limits = [run._timeout_of(n) for n, _ in placed]
     run.fused = {"kept": kept, "t": time.time(), "cancelled": False,
-                 "limit": None if any(x is None for x in limits) else sum(limits)}
+                 "limit": None if any(x is None for x in limits) else sum(limits),
+                 "clock_key": specs[0].get("clock_key")}
     for (n, w), spec in zip(placed, specs):
         run.gen[n.id] = run.gen.get(n.id, 0) + 1
         run.status[n.id] = "running"

@@ -6,13 +6,19 @@ one ``ray.get`` and hands each ``(tag, value, exc)`` to its owner, upstream resu
 (so a node's failure is seen before the void results of its descendants). An owner whose
 handler raises is told so through ``owner.crash(exc)``; nothing escapes the loop. No thread
 per case: the cost per event is a dict lookup and the owner's handler.
+
+Owners may also watch a ``concurrent.futures.Future`` (driver-side work that must not hold
+the loop, e.g. a report review): it is dispatched like a ref once done, checked at least
+every ``_FUTURE_TICK_S`` while any is pending.
 """
 from __future__ import annotations
 
 import logging
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
+_FUTURE_TICK_S = 0.02
 
 
 class Owner(Protocol):
@@ -28,22 +34,48 @@ class EventLoop:
 
     def __init__(self) -> None:
         self.waiting: dict[Any, tuple[Any, tuple]] = {}
+        self.futures: dict[Future, tuple[Any, tuple]] = {}
 
     def watch(self, ref: Any, owner: Any, tag: tuple) -> None:
-        self.waiting[ref] = (owner, tag)
+        if isinstance(ref, Future):
+            self.futures[ref] = (owner, tag)
+        else:
+            self.waiting[ref] = (owner, tag)
 
     def unwatch(self, ref: Any) -> None:
-        self.waiting.pop(ref, None)
+        if isinstance(ref, Future):
+            self.futures.pop(ref, None)
+        else:
+            self.waiting.pop(ref, None)
 
     def __len__(self) -> int:
-        return len(self.waiting)
+        return len(self.waiting) + len(self.futures)
 
     def poll(self, timeout: float) -> int:
         """Wait up to ``timeout`` s for results; dispatch them all. Returns how many."""
+        n = self._poll_refs(min(timeout, _FUTURE_TICK_S) if self.futures else timeout) if self.waiting else 0
+        if self.futures:
+            if not self.waiting and not n:
+                wait(list(self.futures), timeout=timeout, return_when=FIRST_COMPLETED)
+            n += self._poll_futures()
+        return n
+
+    def _poll_futures(self) -> int:
+        done = [f for f in self.futures if f.done()]
+        items = [(f, *self.futures.pop(f)) for f in done]
+        values = []
+        for f in done:
+            try:
+                exc = f.exception()
+            except BaseException as e:  # cancelled
+                exc = e
+            values.append((None if exc is not None else f.result(), exc))
+        self._dispatch(items, values)
+        return len(items)
+
+    def _poll_refs(self, timeout: float) -> int:
         import ray
 
-        if not self.waiting:
-            return 0
         refs = list(self.waiting)
         ready, rest = ray.wait(refs, num_returns=1, timeout=timeout, fetch_local=True)
         if not ready:
@@ -52,7 +84,10 @@ class EventLoop:
             more, _ = ray.wait(rest, num_returns=len(rest), timeout=0, fetch_local=True)
             ready.extend(more)
         items = [(ref, *self.waiting.pop(ref)) for ref in ready]
-        values = _get_all([ref for ref, _, _ in items])
+        self._dispatch(items, _get_all([ref for ref, _, _ in items]))
+        return len(items)
+
+    def _dispatch(self, items: list[tuple[Any, Any, tuple]], values: list[tuple[Any, BaseException | None]]) -> None:
         order = sorted(range(len(items)), key=lambda i: (id(items[i][1]), _order(items[i][1], items[i][2])))
         for i in order:
             _, owner, tag = items[i]
@@ -65,7 +100,6 @@ class EventLoop:
                     owner.crash(e)
                 except Exception:
                     log.exception("crash handler of %r failed", owner)
-        return len(items)
 
     def cancel_all(self) -> None:
         """Cancel every watched task (Ctrl-C); best effort."""
@@ -77,6 +111,9 @@ class EventLoop:
             except Exception:  # actor calls and finished tasks cannot be cancelled: fine
                 pass
         self.waiting.clear()
+        for fut in list(self.futures):
+            fut.cancel()
+        self.futures.clear()
 
 
 def _order(owner: Any, tag: tuple) -> int:

@@ -33,6 +33,7 @@ from ..contracts.case import SequenceRef
 from ..contracts.errors import ErrorCode, ToolError
 from ..tools.registry import REGISTRY, call_tool, load_all
 from .cache import CorruptEntry, NodeCache, node_key, subfield_digest
+from .clock import report_start
 from .digest import artifact_digest, canonical_json, file_digest, params_digest
 
 log = logging.getLogger(__name__)
@@ -234,6 +235,7 @@ def execute_node(spec: dict[str, Any], values: tuple[Any, ...],
     if upstream is not None:  # an upstream failed: this submission is void, the driver resubmits
         return None, {"ok": False, "not_run": True, "upstream": spec["deps"][upstream], "t_start": t0,
                       "t_end": t0, "duration_s": 0.0, "device": device}
+    report_start(spec)  # with a node clock, the node's time limit counts from here, not from submission
     args = params_digest(spec.get("inputs", {}), spec["params"])  # the trace's args_digest
     outputs, meta = _execute(spec, values, deps, device)
     meta["args_digest"] = args

@@ -129,6 +129,24 @@ def ask(repairer: Any, failure: Failure, workflow: Workflow, case: Case, contrac
         return halt_for(failure.node.id, f"reflector failed: {type(e).__name__}: {e}")
 
 
+def repair_events(repairer: Any, case_id: str, timeout_s: float) -> list[dict[str, Any]]:
+    """The repairer's pending events of a case (tier-2 ``llm_call``s), for the case's trace;
+    a repairer without ``drain_events`` has none. Read right after a verdict, so the trace
+    shows each LLM call between the failure and the repair it led to."""
+    drain = getattr(repairer, "drain_events", None)
+    if drain is None:
+        return []
+    try:
+        if hasattr(drain, "remote"):
+            import ray
+
+            return list(ray.get(drain.remote(case_id), timeout=timeout_s))
+        return list(drain(case_id))
+    except Exception:  # the audit detail is lost, the verdict stands
+        log.exception("cannot read the repairer's events of case %s", case_id)
+        return []
+
+
 def halt_for(node_id: str, reason: str) -> Halt:
     return Halt(node_id=node_id, code=ErrorCode.internal.value, reason=reason)
 
@@ -164,4 +182,5 @@ def _incoming(node: Node) -> list[tuple[str, str]]:
 
 
 __all__ = ["Repairer", "RepairerPool", "apply_patch", "ask", "available_artifacts", "bound_kinds",
-           "build_failure", "default_repairer", "halt_for", "is_remote", "repairer_for", "set_default_repairer"]
+           "build_failure", "default_repairer", "halt_for", "is_remote", "repair_events", "repairer_for",
+           "set_default_repairer"]
