@@ -84,6 +84,14 @@ def _contract(task: str | TaskContract | None) -> TaskContract | None:
     return load_contract(task)
 
 
+def make_repairer(run_id: str, tiers: list | None = None) -> Any:
+    """THE repairer pool of one run (Reflector actors, started on first failure); ``tiers``:
+    the repair tiers (``Controller.tiers``; None: tier 1 only)."""
+    from .actors.reflector import reflector_pool
+
+    return reflector_pool(run_id, tiers=tiers) if tiers else reflector_pool(run_id)
+
+
 @dataclass
 class Study:
     """A cohort run: cases (a folder or a list of Case), a task and/or goal, an output folder.
@@ -95,8 +103,12 @@ class Study:
         plan: a plan sketch (file or object) replayed for every case instead of the Brain.
         out: output folder; a rerun on it skips cases with ``_DONE``.
         address: Ray cluster address (None: RAY_ADDRESS or a local cluster).
-        max_in_flight: cases running at once (back-pressure on the object store).
+        max_in_flight: cases running at once (back-pressure on the object store); None: eight
+            per CPU of the cluster (``engine.cohort.default_in_flight``).
         model_dirs: folders of local model bundles tools may read (besides bcer's own assets).
+        cache: node cache folder (content-addressed; shared by cohorts; None: no cache).
+        node_timeout_s: time limit of every node (default: each tool's own).
+        repairer: a repairer pool to use instead of the run's own Reflector pool.
         bundles: ``{tool: bundle folder}`` (``--bundle seg.brain_tumor=DIR``); a relative folder
             is looked up under ``model_dirs``. The planner fills those tools' ``bundle_dir``.
         seq: ``{sequence: pattern}`` for flat NIfTI folders (``{"T1": "*_t1.nii.gz"}``) or
@@ -109,7 +121,8 @@ class Study:
         llm: LLM backend spec (``http://HOST:PORT/v1#MODEL``, ``vllm:MODEL``, ``local``,
             ``replay:FILE``) or object, for an LLM planner and/or reflector tier.
         llm_record: append every LLM call to this JSONL file (replay with ``llm="replay:FILE"``).
-        reflector: ``"tier1"`` or ``"tier1,llm"`` (an LLM repair tier behind tier 1).
+        reflector: ``"tier1"`` or ``"tier1,llm"`` (an LLM repair tier behind tier 1); the run's
+            Reflector pool is built with those tiers (unless ``repairer`` is given).
     """
 
     data: str | Path | list[Case]
@@ -119,11 +132,14 @@ class Study:
     out: str | Path = "bcer_out"
     layout: str | None = None
     address: str | None = None
-    max_in_flight: int = 4
+    max_in_flight: int | None = None
     planner: Any = None
     seed: int = 0
     limit: int | None = None
     model_dirs: tuple[str, ...] = ()
+    cache: str | Path | None = None
+    node_timeout_s: float | None = None
+    repairer: Any = None
     bundles: dict[str, str] | None = None
     seq: dict[str, str] | None = None
     r4: bool | str = True
@@ -138,24 +154,39 @@ class Study:
                  else load_cases(self.data, self.layout, self.seq))
         return cases[: self.limit] if self.limit else cases
 
-    def run(self, on_case_done: Callable[[dict], None] | None = None, hooks: Iterable = ()):
-        """Run every case; returns a CohortResult (``.cases`` and ``.events`` are pyarrow Tables)."""
-        from .engine.cohort import CohortConfig, run_cohort
+    def config(self, planner: Any = None):
+        """The CohortConfig this study runs with (its repairer pool is built by ``run``).
+        ``planner``: the run's planner (``run`` passes its controller's); default: ``self.planner``
+        when it is an object, else the offline Brain."""
+        from .actors.bundles import bundle_read_roots, resolve_bundles
+        from .engine.cohort import CohortConfig
 
         contract = _contract(self.task)
         if contract is None and self.goal is None and self.plan is None:
             raise ToolError(ErrorCode.schema, "a Study needs a task, a goal or a plan")
-        from .actors.bundles import bundle_read_roots, resolve_bundles
-
         bundles = resolve_bundles(self.bundles, self.model_dirs)
+        if planner is None and not isinstance(self.planner, str):
+            planner = self.planner
+        return CohortConfig(out=Path(self.out), planner=make_planner(self.plan, planner, bundles),
+                            contract=contract, goal=self.goal, max_in_flight=self.max_in_flight,
+                            address=self.address, seed=self.seed,
+                            model_dirs=bundle_read_roots(bundles, self.model_dirs),
+                            cache=Path(self.cache) if self.cache else None, node_timeout_s=self.node_timeout_s,
+                            reviewer=report_reviewer(contract, self.r4, self.memory, self.r4_llm))
+
+    def run(self, on_case_done: Callable[[dict], None] | None = None, hooks: Iterable = ()):
+        """Run every case; returns a CohortResult (``.cases`` and ``.events`` are pyarrow Tables)."""
+        from .engine.cohort import run_cohort
+
         with _controller(self.planner, self.llm, self.reflector, self.llm_record, self.address) as ctl:
-            cfg = CohortConfig(out=Path(self.out), planner=make_planner(self.plan, ctl.planner, bundles),
-                               contract=contract, goal=self.goal, max_in_flight=self.max_in_flight,
-                               address=self.address, seed=self.seed,
-                               model_dirs=bundle_read_roots(bundles, self.model_dirs),
-                               reviewer=report_reviewer(contract, self.r4, self.memory, self.r4_llm),
-                               reflector_tiers=ctl.tiers)
-            return run_cohort(self.cases(), cfg, on_case_done=on_case_done, hooks=hooks)
+            cfg = self.config(ctl.planner)
+            own = self.repairer is None
+            cfg.repairer = make_repairer(cfg.run_id, ctl.tiers) if own else self.repairer
+            try:
+                return run_cohort(self.cases(), cfg, on_case_done=on_case_done, hooks=hooks)
+            finally:
+                if own:
+                    cfg.repairer.close()
 
 
 def _controller(planner: Any, llm: Any, reflector: str, llm_record: str | Path | None, address: str | None):
@@ -174,7 +205,8 @@ def run_case(case: Case | str | Path, *, task: str | TaskContract | None = None,
              address: str | None = None, layout: str | None = None, bundles: dict[str, str] | None = None,
              model_dirs: tuple[str, ...] = (), seq: dict[str, str] | None = None, r4: bool | str = True,
              memory: str | Path | None = None, planner: Any = None, llm: Any = None,
-             llm_record: str | Path | None = None, reflector: str = "tier1") -> dict[str, Any]:
+             llm_record: str | Path | None = None, reflector: str = "tier1", cache: str | Path | None = None,
+             node_timeout_s: float | None = None) -> dict[str, Any]:
     """Run one case; returns its row (status, sr, tcr, deliverables, measurements, error).
     The keyword arguments are as for :class:`Study`."""
     cases = [case] if isinstance(case, Case) else load_cases(case, layout, seq)
@@ -182,7 +214,8 @@ def run_case(case: Case | str | Path, *, task: str | TaskContract | None = None,
         raise ToolError(ErrorCode.schema, f"{case} holds {len(cases)} cases; use Study for a cohort")
     result = Study(cases, task=task, goal=goal, plan=plan, out=out, address=address, max_in_flight=1,
                    bundles=bundles, model_dirs=model_dirs, r4=r4, memory=memory,
-                   planner=planner, llm=llm, llm_record=llm_record, reflector=reflector).run()
+                   planner=planner, llm=llm, llm_record=llm_record, reflector=reflector,
+                   cache=cache, node_timeout_s=node_timeout_s).run()
     return result.rows[0]
 
 

@@ -23,6 +23,10 @@ app.add_typer(memory_app, name="memory")
 console = Console()
 
 
+_CACHE_HELP = "node cache folder: reruns and changed plans reuse every node whose inputs did not change"
+_TIMEOUT_HELP = "time limit of every node in seconds (default: each tool's own)"
+
+
 # llm: the controller options shared by plan/run/cohort/bench/demo
 def _planner_opt():
     return typer.Option("offline", "--planner", help="offline | llm | llm,offline (LLM Brain, offline fallback)")
@@ -46,6 +50,12 @@ def _fail(err: Exception) -> None:
 
     console.print(f"[bold red]error[/]: {escape(str(err))}")  # "[schema] ..." is text, not markup
     raise typer.Exit(2)
+
+
+def _interrupted(out: Path) -> None:
+    console.print(f"[bold yellow]interrupted[/]: tables of the finished cases are in {out}; "
+                  "rerun the same command to resume")
+    raise typer.Exit(130)
 
 
 _SEQ_HELP = ("map a sequence to files (flat NIfTI folders: T1=*_t1.nii.gz, the case id is what * matches) "
@@ -222,6 +232,8 @@ def run(case: Path = typer.Option(..., "--case", help="case folder"),
         out: Path = typer.Option(Path("bcer_out"), help="output folder"),
         address: Optional[str] = typer.Option(None, help="Ray address (default: local cluster)"),
         layout: Optional[str] = typer.Option(None),
+        cache: Optional[Path] = typer.Option(None, "--cache", help=_CACHE_HELP),
+        node_timeout: Optional[float] = typer.Option(None, "--node-timeout", help=_TIMEOUT_HELP),
         seq: Optional[list[str]] = typer.Option(None, "--seq", help=_SEQ_HELP),
         bundle: Optional[list[str]] = typer.Option(None, "--bundle", help=_BUNDLE_HELP),
         model_dir: Optional[list[Path]] = typer.Option(None, "--model-dir", help=_MODEL_DIR_HELP),
@@ -240,9 +252,12 @@ def run(case: Path = typer.Option(..., "--case", help="case folder"),
         result = _progress_run(Study(cases, task=task, goal=goal, plan=plan_file, out=out,
                                      address=address, max_in_flight=1, bundles=_bundles(bundle),
                                      model_dirs=_dirs(model_dir), r4=r4_on, memory=memory, planner=planner,
-                                     llm=llm, llm_record=llm_record, reflector=reflector))
+                                     llm=llm, llm_record=llm_record, reflector=reflector, cache=cache,
+                                     node_timeout_s=node_timeout))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
+    except KeyboardInterrupt:
+        _interrupted(out)
     row = result.rows[0]
     console.print_json(json.dumps({k: row.get(k) for k in ("case", "status", "sr", "sr_delivered", "tcr", "error_code",
                                                             "error_message", "deliverables", "measurements",
@@ -257,8 +272,10 @@ def cohort(data: Path = typer.Option(..., "--data", help="dataset folder"),
            plan_file: Optional[Path] = typer.Option(None, "--plan"),
            out: Path = typer.Option(Path("bcer_out")), address: Optional[str] = typer.Option(None),
            layout: Optional[str] = typer.Option(None),
-           max_in_flight: int = typer.Option(4, help="cases running at once"),
+           max_in_flight: Optional[int] = typer.Option(None, help="cases running at once (default: 8 per CPU)"),
            limit: Optional[int] = typer.Option(None, help="first N cases only"),
+           cache: Optional[Path] = typer.Option(None, "--cache", help=_CACHE_HELP),
+           node_timeout: Optional[float] = typer.Option(None, "--node-timeout", help=_TIMEOUT_HELP),
            seq: Optional[list[str]] = typer.Option(None, "--seq", help=_SEQ_HELP),
            bundle: Optional[list[str]] = typer.Option(None, "--bundle", help=_BUNDLE_HELP),
            model_dir: Optional[list[Path]] = typer.Option(None, "--model-dir", help=_MODEL_DIR_HELP),
@@ -277,9 +294,11 @@ def cohort(data: Path = typer.Option(..., "--data", help="dataset folder"),
                                      address=address, max_in_flight=max_in_flight, limit=limit,
                                      bundles=_bundles(bundle), model_dirs=_dirs(model_dir), seq=_seq(seq),
                                      r4=r4_on, memory=memory, planner=planner, llm=llm, llm_record=llm_record,
-                                     reflector=reflector))
+                                     reflector=reflector, cache=cache, node_timeout_s=node_timeout))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
+    except KeyboardInterrupt:
+        _interrupted(out)
     if as_json:
         typer.echo(json.dumps({"summary": result.summary(), "rows": result.rows}, indent=2, default=str))
     else:
@@ -335,6 +354,8 @@ def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
           size: str = typer.Option("small", help="phantom size: small | full"),
           data: Optional[Path] = typer.Option(None, help="read cases from this folder instead of synthesising"),
           seed: int = typer.Option(0), max_in_flight: int = typer.Option(2, help="cases in flight per task"),
+          cache: Optional[Path] = typer.Option(None, "--cache", help=_CACHE_HELP),
+          node_timeout: Optional[float] = typer.Option(None, "--node-timeout", help=_TIMEOUT_HELP),
           bundle: Optional[list[str]] = typer.Option(None, "--bundle", help=_BUNDLE_HELP),
           model_dir: Optional[list[Path]] = typer.Option(None, "--model-dir", help=_MODEL_DIR_HELP),
           planner: str = _planner_opt(), llm: Optional[str] = _llm_opt(),
@@ -367,9 +388,11 @@ def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
             result = run_bench(ids, cases, out, address=address, size=size, data=data, seed=seed,
                                max_in_flight=max_in_flight, on_case_done=lambda row: bar.advance(job),
                                bundles=bundles, model_dirs=_dirs(model_dir), planner=planner, llm=llm,
-                               llm_record=llm_record, reflector=reflector)
+                               llm_record=llm_record, reflector=reflector, cache=cache, node_timeout_s=node_timeout)
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
+    except KeyboardInterrupt:
+        _interrupted(out)
     if as_json:
         typer.echo(json.dumps({k: result[k] for k in ("config", "tasks", "total_wall_s")}, indent=2, default=str))
     else:
@@ -472,8 +495,8 @@ def demo(out: Path = typer.Option(Path("demo_out"), help="output folder"),
                   f"{' (' + llm + ')' if llm else ''}, {'cluster ' + address if address else 'local Ray'}; "
                   f"outputs in {out}")
     bench(tasks=tasks, cases=cases, out=out, address=address, size="small", data=None, seed=0,
-          max_in_flight=2, bundle=None, model_dir=None, planner=planner, llm=llm, llm_record=llm_record,
-          reflector=reflector, report=True, as_json=False)
+          max_in_flight=2, cache=None, node_timeout=None, bundle=None, model_dir=None, planner=planner, llm=llm,
+          llm_record=llm_record, reflector=reflector, report=True, as_json=False, arms=None, faults=None, timeout=60.0)
     console.print(f"inspect a case: [bold]bcer trace {out}/runs/<task>/<case>[/]  ·  tables: {out}/runs/<task>/cohort.parquet")
 
 

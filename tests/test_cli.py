@@ -72,6 +72,17 @@ def test_data_synth_inspect_plan_run_trace(ray_local, tmp_path):
     code, out = invoke("cohort", "--data", data, "--task", "segment_brain", "--out", tmp_path / "cohort")
     assert code == 0 and "resumed 2" in out
 
+    # --cache: a second cohort on another folder reuses every node; --node-timeout is accepted
+    cache = tmp_path / "cache"
+    for name in ("c1", "c2"):
+        code, out = invoke("cohort", "--data", data, "--task", "segment_brain", "--out", tmp_path / name,
+                           "--cache", cache, "--node-timeout", "600")
+        assert code == 0 and "2/2 cases succeeded" in out, out
+    import pyarrow.parquet as pq
+
+    kinds = pq.read_table(tmp_path / "c2" / "events.parquet").column("kind").to_pylist()
+    assert kinds.count("cache_hit") == kinds.count("succeeded") > 0
+
 
 def test_bench_tables_show_sr_delivered_and_plausible_side_by_side():
     from bcer.cli import _print_bench, console

@@ -328,6 +328,7 @@ class OfflineBrain:
     """
 
     name = "offline"
+    deterministic = True  # same goal, contract and case signature -> same plan (the engine reuses it)
 
     def __init__(self, registry: Mapping[str, Any] | None = None):
         self._registry = registry

@@ -26,13 +26,12 @@ import re
 import zlib
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any, Literal, Protocol, runtime_checkable
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any, Protocol, runtime_checkable
 
 from ..contracts.artifacts import ArtifactKind
 from ..contracts.case import Case
 from ..contracts.errors import ErrorCode
+from ..contracts.repair import Failure, Halt, Patch  # re-exported: the models live in contracts
 from ..contracts.task import TaskContract
 from ..contracts.workflow import Node, Workflow
 from ..engine.compiler import CompileError, resolve_registry, validate_node
@@ -45,69 +44,6 @@ HALT_AT_ONCE = frozenset({ErrorCode.sandbox, ErrorCode.input_missing})
 # the tool that puts an image on another image's grid (the insert repair of a grid mismatch)
 RESAMPLER = "resample.to_grid"
 _SHRINKABLE = re.compile(r"(window|patch|roi|batch)", re.IGNORECASE)
-
-
-class Failure(BaseModel):
-    """One failed node, as the executor reports it to the Reflector.
-
-    ``available``: token -> ArtifactKind value of every artifact bindable now (``@seq.*`` and
-    outputs of finished nodes). ``bound_kinds``: port -> kind of what was actually bound.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    case_id: str
-    node: Node
-    error: dict[str, Any]
-    attempt: int = 1
-    available: dict[str, str] = Field(default_factory=dict)
-    bound_kinds: dict[str, str] = Field(default_factory=dict)
-    has_gpu: bool = False
-
-    @property
-    def code(self) -> ErrorCode:
-        try:
-            return ErrorCode(self.error.get("code", "internal"))
-        except ValueError:
-            return ErrorCode.internal
-
-    @property
-    def arg(self) -> str | None:
-        return (self.error.get("context") or {}).get("arg")
-
-
-class Patch(BaseModel):
-    """A repair of one failed node (BCER's patch actions; ``Halt`` is the fourth).
-
-    - ``action="retry"``: re-run the node with new args. ``inputs`` and ``params`` are the
-      node's COMPLETE new inputs and params (so replacing and ``dict.update`` give the same
-      node); ``device`` None keeps the executor's choice, "cpu" forces the CPU path.
-    - ``action="insert"``: add the node ``insert`` (an allowed tool, bound to what is bindable
-      now) before the failed node, then retry the failed node with ``inputs``/``params``,
-      which must consume at least one output of the inserted node.
-    - ``action="skip"``: the failed node is optional and nothing required depends on it; it
-      is recorded as skipped and its optional dependents are blocked.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    node_id: str
-    inputs: dict[str, str]
-    params: dict[str, Any]
-    device: str | None = None
-    reason: str
-    tier: int
-    action: Literal["retry", "insert", "skip"] = "retry"
-    insert: Node | None = None
-
-    def apply(self, node: Node) -> Node:
-        """The node with this patch applied."""
-        return node.model_copy(update={"inputs": dict(self.inputs), "params": dict(self.params)})
-
-
-class Halt(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    node_id: str
-    code: str
-    reason: str
 
 
 def halts_at_once(failure: Failure) -> bool:
@@ -549,24 +485,71 @@ def reflector_actor(tiers: list[RepairTier] | None = None, max_per_node: int = 2
 
 
 class ReflectorPool:
-    """A small pool of Reflector actors shared by the cases of a cohort (so a tier-2 LLM
-    client is held by a few actors, not one per case). A case always goes to the same member,
-    chosen by a stable hash of its id, because its repair budget lives there.
+    """A small pool of Reflector actors shared by the cases of a run (so a tier-2 LLM client is
+    held by a few actors, not one per case). A case always goes to the same member, chosen by
+    a stable hash of its id, because its repair budget lives there. Members start on first
+    use: a run without failures starts no actor at all.
+
+    Implements the engine's ``RepairerPool`` protocol (``bcer.engine.repair``).
 
     Args:
         size: number of actors.
-        prefix: actor names are ``f"{prefix}_{i}"`` (get-or-create: drivers share them).
-        **kwargs: passed to :func:`reflector_actor` (tiers, budgets, registry, namespace).
+        prefix: actor names are ``f"{prefix}{sep}{i}"`` (get-or-create: drivers share them).
+        registry: tools the actors validate against; ``"auto"`` (default) hands them a snapshot
+            of this driver's registry when it holds tools registered outside bcer (plugins,
+            user tools), so their modules are imported in the actor too.
+        **kwargs: passed to :func:`reflector_actor` (tiers, budgets, namespace).
     """
 
-    def __init__(self, size: int = 2, prefix: str = "bcer_reflector", **kwargs: Any):
+    def __init__(self, size: int = 2, prefix: str = "bcer_reflector", sep: str = "_",
+                 registry: Mapping[str, Any] | str | None = "auto", **kwargs: Any):
         if size < 1:
             raise ValueError(f"a reflector pool needs at least one actor, got size={size}")
-        self.members = [reflector_actor(name=f"{prefix}_{i}", **kwargs) for i in range(size)]
+        self.size, self.prefix, self.sep = size, prefix, sep
+        self._registry, self._kwargs = registry, kwargs
+        self._members: dict[int, Any] = {}
+
+    @property
+    def members(self) -> list[Any]:
+        """The actors started so far."""
+        return [self._members[i] for i in sorted(self._members)]
 
     def for_case(self, case_id: str) -> Any:
-        """The actor handle that repairs ``case_id``."""
-        return self.members[zlib.crc32(case_id.encode()) % len(self.members)]
+        """The actor handle that repairs ``case_id`` (started on first use)."""
+        slot = zlib.crc32(case_id.encode()) % self.size
+        if slot not in self._members:
+            registry = _plugin_registry() if self._registry == "auto" else self._registry
+            self._members[slot] = reflector_actor(name=f"{self.prefix}{self.sep}{slot}", registry=registry,
+                                                  **self._kwargs)
+        return self._members[slot]
+
+    def close(self) -> None:
+        """Kill the started actors (their budgets die with the run)."""
+        import ray
+
+        for member in self.members:
+            try:
+                ray.kill(member, no_restart=True)
+            except Exception:  # already gone with its cluster
+                log.debug("reflector actor already gone", exc_info=True)
+        self._members.clear()
+
+
+def _plugin_registry() -> dict[str, Any] | None:
+    """None when every registered tool ships with bcer (the actor loads those itself); else a
+    snapshot of the registry, so unpickling it imports the plugin tools' modules in the actor
+    (they must be importable by name there, e.g. from the working directory)."""
+    from ..tools.registry import REGISTRY, load_all
+
+    load_all()
+    if all(reg.fn.__module__.startswith("bcer.") for reg in REGISTRY.values()):
+        return None
+    return dict(REGISTRY)
+
+
+def reflector_pool(run_id: str, size: int = 2, **kwargs: Any) -> ReflectorPool:
+    """THE pool of one run (the API, CLI and bench build it and hand it to the engine)."""
+    return ReflectorPool(size, prefix=f"bcer-reflector-{run_id}", sep="-", **kwargs)
 
 
 _ACTOR_CLS: Any = None
@@ -593,5 +576,15 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Failure", "Halt", "HALT_AT_ONCE", "LLMTier", "RESAMPLER", "halts_at_once", "Patch", "Reflector", "ReflectorActor", "ReflectorPool",
-           "RepairTier", "Tier1", "clamp_value", "patch_schema", "reflector_actor", "repair_prompt"]
+def _register_default() -> None:
+    """Direct engine users (``run_case_workflow`` without a repairer) get this run's pool."""
+    from ..engine.repair import set_default_repairer
+
+    set_default_repairer(reflector_pool)
+
+
+_register_default()
+
+__all__ = ["Failure", "Halt", "HALT_AT_ONCE", "LLMTier", "Patch", "RESAMPLER", "Reflector", "ReflectorActor",
+           "ReflectorPool", "RepairTier", "Tier1", "clamp_value", "halts_at_once", "patch_schema", "reflector_actor",
+           "reflector_pool", "repair_prompt"]

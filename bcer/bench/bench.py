@@ -22,7 +22,6 @@ import logging
 import shutil
 import statistics
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -78,31 +77,12 @@ def _read_cases(root: Path) -> list[Case]:
     return load_cases(root)
 
 
-def _run_task(task: str, cases: list[Case], out: Path, address: str | None, seed: int,
-              max_in_flight: int, on_case_done: Callable[[dict], None] | None,
-              bundles: dict[str, str] | None = None, read_roots: tuple[str, ...] = (),
-              controller: Any = None) -> dict[str, Any]:
-    from ..actors.brain import OfflineBrain
-    from ..actors.bundles import BundleBinder
-    from ..engine.cohort import CohortConfig, run_cohort
-
-    contract = load_contract(task)
-    from ..api import report_reviewer
-
-    planner = controller.new_planner() if controller is not None else OfflineBrain()  # llm: --planner
-    if bundles:
-        planner = BundleBinder(planner, bundles)
-    cfg = CohortConfig(out=out / "runs" / task, planner=planner, contract=contract,
-                       max_in_flight=max_in_flight, address=address, seed=seed, model_dirs=read_roots,
-                       reviewer=report_reviewer(contract),  # report tasks run the R4 loop (no memory)
-                       reflector_tiers=controller.tiers if controller is not None else None)
-    t0 = time.time()
-    result = run_cohort(cases, cfg, on_case_done=on_case_done)
+def _task_rows(task: str, cases: list[Case], result: Any, contract: TaskContract) -> list[dict[str, Any]]:
     by_id = {c.id: c for c in cases}
     rows = []
     for row in result.rows:
         case = by_id.get(row["case"])
-        case_dir = cfg.out / row["case"]
+        case_dir = result.out / row["case"]
         quality = (case_quality(case, case_dir, contract)
                    if case is not None and case.ground_truth and (case_dir / "workflow.json").exists() else {})
         rows.append({"task": task, "case": row["case"], "status": row["status"], "sr": row.get("sr") or 0,
@@ -112,26 +92,54 @@ def _run_task(task: str, cases: list[Case], out: Path, address: str | None, seed
                      "duration_s": row.get("duration_s"), "repairs": row.get("repairs", 0),
                      "plan_revisions": row.get("plan_revisions"), "quality": quality,
                      "plausibility": row.get("plausibility") or []})
-    return {"task": task, "rows": rows, "wall_s": round(time.time() - t0, 2), "out": str(cfg.out)}
+    return rows
 
 
 def run_task_cases(cases: dict[str, list[Case]], out: str | Path, address: str | None = None, seed: int = 0,
                    max_in_flight: int = 2, on_case_done: Callable[[dict], None] | None = None,
+                   cache: str | Path | None = None, node_timeout_s: float | None = None,
                    bundles: dict[str, str] | None = None, read_roots: tuple[str, ...] = (),
                    controller: Any = None) -> list[dict[str, Any]]:
-    """Run every task's cases on Ray, one cohort per task, all tasks concurrently.
+    """Run every task's cases on Ray, one cohort per task, all tasks from one driver loop.
 
     Returns:
         Per task ``{"task", "rows", "wall_s", "out"}``; each row carries SR/TCR, the error
         and the case's quality metrics. Cohort outputs go to ``OUT/runs/<task>``.
     """
-    from ..engine.compiler import resolve_registry
+    from ..actors.brain import OfflineBrain
+    from ..actors.bundles import BundleBinder
+    from ..api import make_repairer, report_reviewer
+    from ..engine.cohort import CohortConfig, run_cohorts
 
-    resolve_registry()  # import every tool module once, before the task threads plan concurrently
-    with ThreadPoolExecutor(max_workers=max(1, len(cases)), thread_name_prefix="bcer-bench") as pool:
-        futures = [pool.submit(_run_task, t, cs, Path(out), address, seed, max_in_flight, on_case_done,
-                               bundles, read_roots, controller) for t, cs in cases.items()]
-        return [f.result() for f in futures]
+    contracts = {t: load_contract(t) for t in cases}
+    cfgs: dict[str, CohortConfig] = {}
+    for t in cases:
+        planner = controller.new_planner() if controller is not None else OfflineBrain()  # llm: --planner
+        if bundles:
+            planner = BundleBinder(planner, bundles)
+        cfgs[t] = CohortConfig(out=Path(out) / "runs" / t, planner=planner, contract=contracts[t],
+                               max_in_flight=max_in_flight, address=address, seed=seed, model_dirs=read_roots,
+                               cache=Path(cache) if cache else None, node_timeout_s=node_timeout_s,
+                               reviewer=report_reviewer(contracts[t]))  # report tasks run the R4 loop (no memory)
+    tiers = controller.tiers if controller is not None else None
+    for cfg in cfgs.values():  # one pool per task cohort: case ids repeat across tasks, budgets must not
+        cfg.repairer = make_repairer(cfg.run_id, tiers)
+    finished: dict[str, float] = {}
+    t0 = time.time()
+
+    def done(row: dict[str, Any]) -> None:
+        finished[row.get("task") or ""] = time.time() - t0
+        if on_case_done:
+            on_case_done(row)
+
+    try:
+        results = run_cohorts([(cases[t], cfgs[t]) for t in cases], on_case_done=done)
+    finally:
+        for cfg in cfgs.values():
+            cfg.repairer.close()
+    return [{"task": t, "rows": _task_rows(t, cases[t], r, contracts[t]),
+             "wall_s": round(finished.get(t, time.time() - t0), 2), "out": str(r.out)}
+            for t, r in zip(cases, results)]
 
 
 def plausibility_summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -175,7 +183,8 @@ def task_summary(contract: TaskContract, rows: list[dict[str, Any]], wall_s: flo
 def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | Path = "bench_out",
               address: str | None = None, size: str = "small", data: str | Path | None = None,
               seed: int = 0, max_in_flight: int = 2,
-              on_case_done: Callable[[dict], None] | None = None,
+              on_case_done: Callable[[dict], None] | None = None, cache: str | Path | None = None,
+              node_timeout_s: float | None = None,
               bundles: dict[str, str] | None = None, model_dirs: Iterable[str] = (), planner: str = "offline",
               llm: Any = None, llm_record: str | Path | None = None, reflector: str = "tier1") -> dict[str, Any]:
     """Run the benchmark and write ``OUT/bench.json``.
@@ -190,6 +199,8 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
         seed: phantom seed.
         max_in_flight: cases of one task in flight at once (all tasks run concurrently).
         on_case_done: called with each finished cohort row (progress display).
+        cache: node cache folder (reruns reuse every unchanged node).
+        node_timeout_s: time limit of every node (default: each tool's own).
         bundles: ``{tool: bundle folder}`` the planner binds as ``bundle_dir`` (relative
             folders are looked up under ``model_dirs``).
         model_dirs: read-only folders of local model bundles.
@@ -223,15 +234,16 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
 
     t1 = time.time()
     with Controller(planner, llm=llm, reflector_spec=reflector, llm_record=llm_record, address=address) as ctl:
-        results = run_task_cases(cases, out, address, seed, max_in_flight, on_case_done, bundles,
-                                 bundle_read_roots(bundles, model_dirs), ctl)
+        results = run_task_cases(cases, out, address, seed, max_in_flight, on_case_done, cache, node_timeout_s,
+                                 bundles, bundle_read_roots(bundles, model_dirs), ctl)
     run_s = time.time() - t1
     summary = {r["task"]: task_summary(load_contract(r["task"]), r["rows"], r["wall_s"]) for r in results}
     report = {
         "config": {"tasks": ids, "n_cases": n_cases, "size": size if data is None else None,
                    "data": str(data) if data else None, "seed": seed, "planner": planner, "reflector": reflector,
                    "llm": llm if isinstance(llm, str) or llm is None else getattr(llm, "name", "object"),
-                   "max_in_flight_per_task": max_in_flight, "cluster": resources, "bundles": bundles},
+                   "max_in_flight_per_task": max_in_flight, "cluster": resources, "bundles": bundles,
+                   "cache": str(cache) if cache else None},
         "tasks": summary, "cases": [row for r in results for row in r["rows"]],
         "synth_s": round(synth_s, 2), "run_s": round(run_s, 2), "total_wall_s": round(time.time() - t0, 2),
     }

@@ -603,7 +603,7 @@ def hang(cancel: threading.Event | None = None, seconds: float = HANG_S) -> None
 
 def install_worker_hangs() -> None:
     """Ray ``worker_process_setup_hook``: every registered tool first asks :func:`should_hang`
-    with the case and node read from the running task's name (``case:node:tool``)."""
+    with the case and node read from the running task's name (``case/node/tool``)."""
     import functools
 
     from ..tools import registry as reg
@@ -619,7 +619,8 @@ def install_worker_hangs() -> None:
                 try:
                     import ray
 
-                    case_id, node, _ = (ray.get_runtime_context().get_task_name() or "").split(":", 2)
+                    # the engine names node tasks ``case/node/tool`` (engine.placement.task_name)
+                    case_id, node, _ = (ray.get_runtime_context().get_task_name() or "").split("/", 2)
                 except Exception:
                     return fn(*args, **kwargs)
                 if should_hang(case_id, node):

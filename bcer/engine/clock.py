@@ -15,7 +15,7 @@ _NAME = "bcer-node-clock"
 
 
 class NodeClock:
-    """Start times of running node attempts, keyed ``case:node:attempt``."""
+    """Start times of running node attempts, keyed ``case:node:submission``."""
 
     def __init__(self) -> None:
         self._t: dict[str, float] = {}

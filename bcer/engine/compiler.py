@@ -87,14 +87,35 @@ class _Ctx:
         self.errors.append(ToolError(code, message, hint, **context))
 
 
-def resolve_registry(registry: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
-    """``registry`` itself, or the global tool registry with every tool module loaded."""
-    if registry is not None:
-        return registry
-    from ..tools.registry import REGISTRY, load_all
+class _GlobalRegistry(Mapping):
+    """The global tool registry, loading every tool module only when a name is missing or the
+    whole list is asked for (a plan of user tools compiles without importing torch)."""
 
-    load_all()
-    return REGISTRY
+    def _full(self) -> Mapping[str, Any]:
+        from ..tools.registry import REGISTRY, load_all
+
+        load_all()
+        return REGISTRY
+
+    def __getitem__(self, name: str) -> Any:
+        from ..tools.registry import REGISTRY
+
+        reg = REGISTRY.get(name)
+        return reg if reg is not None else self._full()[name]
+
+    def __iter__(self):
+        return iter(self._full())
+
+    def __len__(self) -> int:
+        return len(self._full())
+
+
+_GLOBAL = _GlobalRegistry()
+
+
+def resolve_registry(registry: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    """``registry`` itself, or the global tool registry (its modules loaded on demand)."""
+    return registry if registry is not None else _GLOBAL
 
 
 def _resolve_tool(ctx: _Ctx, step_id: str, name: str) -> Any | None:

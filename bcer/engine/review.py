@@ -11,15 +11,23 @@ the two calls the executor makes.
 The engine never imports the actors: the API/CLI build a reviewer (``bcer.actors.r4.reviewer``)
 and hand it in through ``CohortConfig.reviewer`` -> ``RunContext.reviewer``, like the
 Reflector. A reviewer that fails leaves the tool's report in place and says so in the trace;
-it never fails the case. Reviewing runs in the driver's case thread: a report and its inputs
+it never fails the case.
+
+With a reviewer set, the worker that makes a report does not write it: the case's driver
+loop hands the report to :func:`submit_review`, which reviews and writes it (atomically) on a
+small thread pool, so a slow reviewer (an LLM drafter) never holds the loop that drives the
+other cases; the result comes back to the case through that loop. A case with such a report
+is never fused into one task (its report must pass through here). A report and its inputs
 are small (tables, a classification, findings), the embedding model and the FAISS index live
-in the shared memory actor and the LLM (if any) behind its backend, so the remaining work is
-milliseconds of Python.
+in the shared memory actor and the LLM (if any) behind its backend.
 """
 from __future__ import annotations
 
 import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from ..contracts.artifacts import Report
@@ -67,8 +75,6 @@ class ReportReviewer(Protocol):
 
 
 def _node_inputs(run: Any, node: Any) -> dict[str, Any]:
-    import ray
-
     from .noderun import _pluck
     from .tokens import parse_token
 
@@ -76,7 +82,7 @@ def _node_inputs(run: Any, node: Any) -> dict[str, Any]:
     for port, raw in node.inputs.items():
         tok = parse_token(raw)
         if tok.scope == "node" and tok.field in run.refs.get(tok.name, {}):
-            inputs[port] = _pluck(ray.get(run.refs[tok.name][tok.field]), tuple(tok.path[1:]))
+            inputs[port] = _pluck(run.fetch(tok.name, tok.field), tuple(tok.path[1:]))
     return inputs
 
 
@@ -101,8 +107,43 @@ def review_in_run(run: Any, node: Any, report: Report) -> Report:
                        message=f"review failed, tool report kept: {type(e).__name__}: {e}")
         return report
     _emit(run, node, result.events)
-    run.reviewed = dict(getattr(run, "reviewed", {}) or {}, **{node.id: result.report})
+    if getattr(run, "reviewed", None) is None:
+        run.reviewed = {}
+    run.reviewed[node.id] = result.report  # one key per node: safe from the review threads
     return result.report
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="bcer-review")
+        return _POOL
+
+
+def review_and_write(run: Any, node: Any, target: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Fetch the node's report, review it, write it where the contract says (atomic temp file +
+    rename, sandbox-checked) and digest it. Returns (the ``written`` record, measurements)."""
+    from ..contracts.artifacts import kind_of
+    from . import outputs as out
+    from .digest import artifact_digest, file_digest
+
+    report = review_in_run(run, node, run.fetch(node.id, target["field"]))
+    name = target["file"] if Path(target["file"]).suffix else out.default_file(target["file"], kind_of(report))
+    files = out.write_artifact(report, run.sandbox.check_write(run.ctx.output_dir / name))
+    written = {"node": node.id, "field": target["field"], "files": [str(f) for f in files],
+               "file_digests": {f.name: file_digest(f) for f in files}, "artifact_digest": artifact_digest(report),
+               "reviewed": True}
+    return written, out.measurements_of(target["name"], report)
+
+
+def submit_review(run: Any, node: Any, target: dict[str, str]) -> Future:
+    """:func:`review_and_write` on the review threads; the case's loop waits for the Future."""
+    return _pool().submit(review_and_write, run, node, target)
 
 
 def curate_in_run(run: Any, status: str) -> None:
@@ -141,4 +182,4 @@ def release_reviewer(reviewer: Any) -> None:
 
 
 __all__ = ["CurateRequest", "ReportReviewer", "ReviewRequest", "ReviewResult", "curate_in_run", "release_reviewer",
-           "resolve_reviewer", "review_in_run"]
+           "resolve_reviewer", "review_and_write", "review_in_run", "submit_review"]

@@ -87,7 +87,8 @@ def test_llm_cohort_is_recorded_and_replayed_bit_for_bit(ray_local, httpserver, 
     status = {r["case"]: r["status"] for r in first.rows}
     assert status == {"c0": "succeeded", "c1": "succeeded", "bad": "rejected"}, first.rows
     bad = read_events(tmp_path / "rec" / "bad" / "events.jsonl")
-    assert {e.kind for e in bad} == {"llm_call", "plan_rejected"}  # nothing of it ran
+    # nothing of it ran: the trace holds the case's start and end and the planner's events only
+    assert {e.kind for e in bad} == {"case_started", "llm_call", "plan_rejected", "case_finished"}
     assert all(e.error_code == "schema" for e in bad if e.kind == "plan_rejected")
 
     again = bcer.Study(cases, out=tmp_path / "rep", llm=f"replay:{rec}", **common).run()
