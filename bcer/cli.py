@@ -421,7 +421,8 @@ def _ablation(tasks: str, arms: str, faults: str, cases: int, out: Path, address
         job = bar.add_task("runs", total=total)
         planner = planner if isinstance(planner, str) else "offline"  # typer defaults when called as a function
         with Controller(planner, llm=llm if isinstance(llm, str) else None,
-                        llm_record=llm_record if isinstance(llm_record, Path) else None, address=address) as ctl:
+                        llm_record=llm_record if isinstance(llm_record, Path) else None, address=address,
+                        memo=True) as ctl:
             report = run_ablation(ids, arm_ids, fault_ids, cases, out, size=size, seed=seed, timeout_s=timeout,
                                   max_in_flight=max_in_flight, address=address, data=data, planner=ctl.planner,
                                   on_row=lambda row: bar.advance(job))

@@ -57,6 +57,8 @@ class Controller:
         llm_k: completions per planning round (pass@k).
         llm_options: backend keyword arguments (timeouts, engine kwargs, ...).
         address: the Ray cluster a ``vllm:`` engine starts on (joined here, before the run).
+        memo: answer a repeated greedy request from memory (the ablation asks each case's plan
+            once per arm and fault).
 
     >>> with Controller("llm,offline", llm="replay:calls.jsonl") as c:   # doctest: +SKIP
     ...     sketch = c.planner.plan(goal, case, contract)
@@ -69,6 +71,7 @@ class Controller:
     llm_k: int = 1
     llm_options: dict[str, Any] = field(default_factory=dict)
     address: str | None = None  # Ray cluster (an in-process vLLM engine is a Ray actor)
+    memo: bool = False  # answer repeated greedy requests from memory (llm.record.MemoBackend)
     backend: Any = field(init=False, default=None)
     planner: Any = field(init=False, default=None)
     tiers: list | None = field(init=False, default=None)
@@ -88,6 +91,10 @@ class Controller:
 
                 ensure_ray(self.address)
             self.backend = make_backend(self.llm, record=self.llm_record, **self.llm_options)
+            if self.memo:
+                from .llm.record import MemoBackend
+
+                self.backend = MemoBackend(self.backend)
         elif self.llm is not None and not isinstance(self.llm, str):
             self.backend = self.llm  # given but unused: kept so the caller can still close it
         self.planner = self.new_planner()

@@ -83,6 +83,50 @@ class RecordingBackend:
             close()
 
 
+class MemoBackend:
+    """Answers a request asked before from memory, when the answer is determined by it.
+
+    Only greedy requests (``temperature == 0``) are remembered: at temperature 0 a backend's
+    answer is a function of the request, so asking again would spend model time for the same
+    text. Used where the same prompt recurs by design (the controller ablation plans each case
+    once per arm and fault). A remembered answer says so in ``meta`` (``memo_hit``) and keeps
+    the original latency there, so events stay honest about what was computed.
+    """
+
+    def __init__(self, inner: LLMBackend):
+        self.inner = inner
+        self.name, self.model = inner.name, inner.model
+        self._seen: dict[str, LLMReply] = {}
+        self._lock = threading.Lock()
+        self.hits = 0
+
+    def complete(self, messages: list[Message], *, json_schema: dict[str, Any] | None = None, n: int = 1,
+                 temperature: float = 0.0, max_tokens: int = 1024, seed: int | None = None) -> LLMReply:
+        if temperature != 0.0:
+            return self.inner.complete(messages, json_schema=json_schema, n=n, temperature=temperature,
+                                       max_tokens=max_tokens, seed=seed)
+        key = request_digest(messages, json_schema, n, temperature, max_tokens, seed)
+        with self._lock:
+            old = self._seen.get(key)
+        if old is not None:
+            with self._lock:
+                self.hits += 1
+            return LLMReply(list(old.texts), old.backend, old.model, old.prompt_digest, old.prompt_tokens,
+                            old.completion_tokens, 0.0, {**old.meta, "memo_hit": True,
+                                                         "computed_latency_s": old.latency_s})
+        reply = self.inner.complete(messages, json_schema=json_schema, n=n, temperature=temperature,
+                                    max_tokens=max_tokens, seed=seed)
+        self.model = reply.model
+        with self._lock:
+            self._seen[key] = reply
+        return reply
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()
+
+
 class ReplayBackend:
     """Answers from a recording; raises ``resource`` for a request it never saw."""
 
@@ -144,4 +188,4 @@ class ReplayBackend:
         return None
 
 
-__all__ = ["RecordingBackend", "ReplayBackend", "request_digest", "texts_digest"]
+__all__ = ["MemoBackend", "RecordingBackend", "ReplayBackend", "request_digest", "texts_digest"]

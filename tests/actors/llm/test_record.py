@@ -58,3 +58,20 @@ def test_failed_calls_are_not_recorded_and_bad_recordings_refused(tmp_path) -> N
     with pytest.raises(ToolError) as err:
         ReplayBackend(rec)
     assert err.value.code is ErrorCode.schema and "line 1" in err.value.message
+
+
+def test_memo_answers_a_repeated_greedy_request_without_the_model() -> None:
+    from bcer.actors.llm.record import MemoBackend
+
+    inner = fake.ScriptedBackend(['{"x":1}', '{"x":2}', '{"x":3}', '{"x":4}'])
+    be = MemoBackend(inner)
+    m1, m2 = [{"role": "user", "content": "a"}], [{"role": "user", "content": "b"}]
+    first = be.complete(m1, json_schema=SCHEMA)
+    again = be.complete(m1, json_schema=SCHEMA)
+    other = be.complete(m2, json_schema=SCHEMA)  # another prompt: the model answers
+    hot1 = be.complete(m1, json_schema=SCHEMA, temperature=0.7)  # sampled: never remembered
+    hot2 = be.complete(m1, json_schema=SCHEMA, temperature=0.7)
+    assert first.texts == again.texts == ['{"x":1}'] and other.texts == ['{"x":2}']
+    assert (hot1.texts, hot2.texts) == (['{"x":3}'], ['{"x":4}'])
+    assert len(inner.requests) == 4 and be.hits == 1
+    assert again.meta["memo_hit"] is True and again.latency_s == 0.0 and "memo_hit" not in first.meta
