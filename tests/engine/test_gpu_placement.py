@@ -130,3 +130,22 @@ def test_cpu_only_cluster_runs_gpu_tools_on_cpu_with_k_and_no_actor_pool(ray_loc
     assert {e["message"] for e in events if e["kind"] == "succeeded"} == {"device=cpu"}
     assert usage_summary(events)["gpu_runs"] == 0  # nothing claims a GPU
     np.testing.assert_allclose(read_nifti(out / "c1" / "q.nii.gz").data, 2.0)  # input 1 + 1
+
+
+def test_study_and_cli_carry_the_gpu_settings(ray_local, tmp_path):
+    from typer.testing import CliRunner
+
+    from bcer.api import Study
+    from bcer.cli import app
+    from bcer.tools.seg.bundle import shipped_bundle
+
+    case = Case(id="c", root=str(tmp_path), sequences={})
+    plan = PlanSketch(goal="g", steps=[{"id": "s", "tool": "seg.cardiac", "args": {"cine": "@seq.CINE"}}])
+    study = Study([case], plan=plan, out=tmp_path / "o", bundles={"seg.cardiac": str(shipped_bundle())},
+                  model_actors=True, gpu_concurrency=2)
+    cfg = study.config()
+    assert cfg.gpu_concurrency == 2 and callable(cfg.model_server)
+    assert cfg.model_server() is None  # the 2-CPU test cluster has no GPU: no pool, tasks on CPU
+    assert Study([case], plan=plan, out=tmp_path / "o", model_actors=True).config().model_server is None
+    text = CliRunner().invoke(app, ["cohort", "--help"], env={"COLUMNS": "200"}).output
+    assert "--gpu-concurrency" in text and "--model-actors" in text
