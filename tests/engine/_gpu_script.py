@@ -128,7 +128,8 @@ def _served_cohort(out: Path, cases: list, server: Any) -> Any:
 
     plan, contract = _seg_plan()
     return run_cohort(cases, CohortConfig(out=out, planner=StaticPlanner(plan), contract=contract,
-                                          max_in_flight=len(cases), model_server=server, fuse="never"))
+                                          max_in_flight=len(cases), model_server=server,
+                                          fuse="always"))  # served nodes still go to the actors
 
 
 def _task_outcomes(out: Path, cases: list) -> list:
