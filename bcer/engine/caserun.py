@@ -327,7 +327,8 @@ class CaseRun:
         server = self.ctx.model_server
         served = serving(server, node.tool, node.params) and self.device_override.get(node.id) != "cpu"
         try:
-            where = (Placement(0.0, 0.0, None, "actor") if served else
+            # served: the actor's own resources hold the GPU; it runs the node on its device
+            where = (Placement(0.0, 0.0, None, "cuda") if served else
                      place(node, self.cluster, self.ctx.device_policy, self.device_override.get(node.id),
                            self.ctx.gpu_concurrency, float(getattr(server, "reserved_gpus", 0.0) or 0.0)))
         except ToolError as e:  # no GPU for a GPU-only tool: fail now, never pend forever
@@ -506,6 +507,7 @@ class CaseRun:
         where = {k: meta[k] for k in ("node_id", "gpu_ids", "actor") if meta.get(k) is not None}
         if where.get("gpu_ids") is not None or where.get("actor"):  # GPU placement, auditable per node
             rec["placement"] = where
+            rec["device"] = meta["device"]  # an actor runs on its own device (CPU on a simulated GPU)
         self.trace.emit("succeeded", time=meta["t_end"], node=node.id, tool=node.tool, attempt=attempt,
                         duration_s=meta["duration_s"], worker=rec["worker"], message=f"device={meta['device']}",
                         data=rec.get("placement"))
