@@ -74,3 +74,5 @@ def test_one_bundle_actor_per_gpu_loads_once_and_matches_the_task_path(report):
     assert a["provenance_names_actor"]
     # the masks the actors wrote are exactly those of plain node tasks on the CPU path
     assert a["identical_masks"] and a["task_devices"] == ["device=cpu"]
+    # as tasks, each node first got a simulated GPU torch cannot use; the Reflector moved it to CPU
+    assert a["task_repairs"] == ["GPU not usable in the worker: run the CPU path"]
