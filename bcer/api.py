@@ -123,6 +123,9 @@ class Study:
         llm_record: append every LLM call to this JSONL file (replay with ``llm="replay:FILE"``).
         reflector: ``"tier1"`` or ``"tier1,llm"`` (an LLM repair tier behind tier 1); the run's
             Reflector pool is built with those tiers (unless ``repairer`` is given).
+        gpu_concurrency: at most K nodes per GPU at once (whole-GPU requests become 1/K).
+        model_actors: serve the ``bundles`` tools from one model actor per GPU (each loads its
+            bundle once); on a cluster without GPUs they run as tasks on their CPU path.
     """
 
     data: str | Path | list[Case]
@@ -148,6 +151,8 @@ class Study:
     llm: Any = None
     llm_record: str | Path | None = None
     reflector: str = "tier1"
+    gpu_concurrency: int | None = None
+    model_actors: bool = False
 
     def cases(self) -> list[Case]:
         cases = (list(self.data) if isinstance(self.data, (list, tuple))
@@ -172,7 +177,16 @@ class Study:
                             address=self.address, seed=self.seed,
                             model_dirs=bundle_read_roots(bundles, self.model_dirs),
                             cache=Path(self.cache) if self.cache else None, node_timeout_s=self.node_timeout_s,
-                            reviewer=report_reviewer(contract, self.r4, self.memory, self.r4_llm))
+                            reviewer=report_reviewer(contract, self.r4, self.memory, self.r4_llm),
+                            gpu_concurrency=self.gpu_concurrency, model_server=self._model_server(bundles))
+
+    def _model_server(self, bundles: dict[str, str]) -> Any:
+        """A factory of the bundle actor pool (built once Ray is up), or None."""
+        if not (self.model_actors and bundles):
+            return None
+        from .actors.model_actors import bundle_server_factory
+
+        return bundle_server_factory(bundles, self.gpu_concurrency)
 
     def run(self, on_case_done: Callable[[dict], None] | None = None, hooks: Iterable = ()):
         """Run every case; returns a CohortResult (``.cases`` and ``.events`` are pyarrow Tables)."""

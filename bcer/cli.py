@@ -283,6 +283,10 @@ def cohort(data: Path = typer.Option(..., "--data", help="dataset folder"),
            memory: Optional[Path] = typer.Option(None, "--memory", help="exemplar-memory folder (shared across cohorts)"),
            planner: str = _planner_opt(), llm: Optional[str] = _llm_opt(),
            llm_record: Optional[Path] = _record_opt(), reflector: str = _reflector_opt(),
+           gpu_concurrency: Optional[int] = typer.Option(None, "--gpu-concurrency", min=1,
+                                                         help="at most K nodes per GPU at once"),
+           model_actors: bool = typer.Option(False, "--model-actors/--no-model-actors",
+                                             help="serve --bundle tools from one model actor per GPU"),
            report: bool = typer.Option(True, "--report/--no-report", help="write the HTML pages (OUT/report)"),
            as_json: bool = typer.Option(False, "--json", help="print the summary and rows as JSON")) -> None:
     """Run many cases; a failing case becomes a row, the others finish; reruns skip _DONE cases."""
@@ -294,7 +298,8 @@ def cohort(data: Path = typer.Option(..., "--data", help="dataset folder"),
                                      address=address, max_in_flight=max_in_flight, limit=limit,
                                      bundles=_bundles(bundle), model_dirs=_dirs(model_dir), seq=_seq(seq),
                                      r4=r4_on, memory=memory, planner=planner, llm=llm, llm_record=llm_record,
-                                     reflector=reflector, cache=cache, node_timeout_s=node_timeout))
+                                     reflector=reflector, cache=cache, node_timeout_s=node_timeout,
+                                     gpu_concurrency=gpu_concurrency, model_actors=model_actors))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     except KeyboardInterrupt:

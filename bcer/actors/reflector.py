@@ -260,12 +260,17 @@ class Tier1:
     # -- resource: no GPU -> CPU; out of memory -> halve window/patch/roi/batch -----------------------
     def _fix_resource(self, failure: Failure, reg: Any, case: Case) -> Patch | Halt | None:
         node = failure.node
-        ran_on = (failure.error.get("context") or {}).get("device")
-        if node.gpu == "required" and not failure.has_gpu:
+        ctx = failure.error.get("context") or {}
+        ran_on = ctx.get("device")
+        # no_device: the worker got a GPU from Ray but cannot use it (no CUDA build, simulated GPU)
+        no_gpu = not failure.has_gpu or bool(ctx.get("no_device"))
+        if node.gpu == "required" and no_gpu:
             return Halt(node_id=node.id, code=ErrorCode.resource.value,
-                        reason=f"{node.tool} needs a GPU and the cluster has none")
-        if node.gpu == "optional" and not failure.has_gpu and ran_on != "cpu":
-            return self._patch(failure, "no GPU: run the CPU path", device="cpu")
+                        reason=f"{node.tool} needs a GPU and " + ("the cluster has none" if not failure.has_gpu
+                                                                  else "its worker has no usable GPU device"))
+        if node.gpu == "optional" and no_gpu and ran_on != "cpu":
+            return self._patch(failure, "no GPU: run the CPU path" if not failure.has_gpu
+                               else "GPU not usable in the worker: run the CPU path", device="cpu")
         fields = reg.params_model.model_fields
         params, halved = dict(node.params), []
         for name, value in node.params.items():

@@ -39,7 +39,8 @@ from . import repair as rp
 from .binder import node_dependencies, resolve_params, resolved_ref, runtime_values, sequence_key
 from .context import CaseOutcome, RunContext, error_from_ray
 from .fusion import on_fused_result, submit_fused
-from .placement import loader_options, place, task_name, task_options
+from .models import serving
+from .placement import Placement, loader_options, place, task_name, task_options
 from .tokens import parse_token
 from .trace import TraceWriter, call_hooks
 
@@ -84,6 +85,7 @@ class CaseRun:
         self.open: dict[tuple, Any] = {}                  # outstanding tag -> ref
         self.ready_at: dict[str, float] = {}
         self.cancelled: set[str] = set()
+        self.served: set[str] = set()  # nodes whose current submission runs on a model server
         self.repair_asked: dict[str, tuple[float, int, dict[str, Any]]] = {}
         self.device_override: dict[str, str] = {}
         self.records: dict[str, dict[str, Any]] = {}
@@ -190,7 +192,8 @@ class CaseRun:
                     continue  # still queued for a worker (or within its limit): not hung
                 self.cancelled.add(node_id)
                 log.warning("case %s node %s: past its %s s limit, cancelling the task", self.case.id, node_id, limit)
-                ray.cancel(self.meta_refs[node_id], force=True)  # its result then raises -> timeout
+                # its result then raises -> timeout (an actor's call cannot be force-cancelled)
+                ray.cancel(self.meta_refs[node_id], force=node_id not in self.served)
         for node_id, (t_ask, attempt, _err) in list(self.repair_asked.items()):
             if now - t_ask > self.ctx.reflector_timeout_s:
                 self._forget(("repair", node_id, attempt))
@@ -321,8 +324,13 @@ class CaseRun:
         from .remote import remote_node, submit
 
         attempt = self.runs.get(node.id, 0) + 1
+        server = self.ctx.model_server
+        served = serving(server, node.tool, node.params) and self.device_override.get(node.id) != "cpu"
         try:
-            where = place(node, self.cluster, self.ctx.device_policy, self.device_override.get(node.id))
+            # served: the actor's own resources hold the GPU; it runs the node on its device
+            where = (Placement(0.0, 0.0, None, "cuda") if served else
+                     place(node, self.cluster, self.ctx.device_policy, self.device_override.get(node.id),
+                           self.ctx.gpu_concurrency, float(getattr(server, "reserved_gpus", 0.0) or 0.0)))
         except ToolError as e:  # no GPU for a GPU-only tool: fail now, never pend forever
             self.runs[node.id] = attempt
             self._on_failure(node, e.to_dict(), attempt, repairable=False)
@@ -341,12 +349,19 @@ class CaseRun:
                             self.ctx.task_max_retries)
         spec["ports"] = [(port, (*self._prefix(src), *path)) for (port, path), src in zip(spec["ports"], spec["sources"])]
         spec.update(self.clock_fields(node.id, gen))
-        refs = submit(remote_node(), opts, spec, *self._args(spec))
+        if served:  # the model actor runs the same entry point as the task (engine.models)
+            self.served.add(node.id)
+            refs = server.submit(spec, self._args(spec), len(node.outputs) + 1)
+        else:
+            self.served.discard(node.id)
+            refs = submit(remote_node(), opts, spec, *self._args(spec))
         self.status[node.id] = "running"
         self.refs[node.id] = {f: (r, ()) for f, r in zip(node.outputs, refs[:-1])}
         self.meta_refs[node.id] = refs[-1]
         self._watch(("node", node.id, gen), refs[-1])
         self._record_submission(node, spec, where.device, attempt)
+        if where.num_gpus or served:  # the GPU share asked of Ray (or the actor that serves it)
+            self.records[node.id]["gpu_request"] = "actor" if served else where.num_gpus
 
     def _record_submission(self, node: Node, spec: dict[str, Any], device: str, attempt: int) -> None:
         self.records[node.id] = {"tool": node.tool, "version": node.version, "params": spec["params"],
@@ -489,8 +504,13 @@ class CaseRun:
             self.cache_hits += 1
             self.trace.emit("cache_hit", node=node.id, tool=node.tool, attempt=attempt,
                             data={"key": cache["key"], "stored_by": cache.get("stored_by")})
+        where = {k: meta[k] for k in ("node_id", "gpu_ids", "actor") if meta.get(k) is not None}
+        if where.get("gpu_ids") is not None or where.get("actor"):  # GPU placement, auditable per node
+            rec["placement"] = where
+            rec["device"] = meta["device"]  # an actor runs on its own device (CPU on a simulated GPU)
         self.trace.emit("succeeded", time=meta["t_end"], node=node.id, tool=node.tool, attempt=attempt,
-                        duration_s=meta["duration_s"], worker=rec["worker"], message=f"device={meta['device']}")
+                        duration_s=meta["duration_s"], worker=rec["worker"], message=f"device={meta['device']}",
+                        data=rec.get("placement"))
         if cache.get("stored"):
             self.trace.emit("cache_stored", node=node.id, tool=node.tool, attempt=attempt,
                             data={"key": cache["key"], **({"replaced_corrupt": cache["replaced_corrupt"]}

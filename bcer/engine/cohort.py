@@ -30,6 +30,7 @@ from .outputs import write_audit
 from . import repair as rp
 from .fusion import wide_enough
 from .planning import PlanCache, Planner, plan_and_compile
+from .models import release_server, resolve_server
 from .review import release_reviewer, resolve_reviewer
 from .tables import COHORT_FILE, EVENTS_PARQUET, CohortTables, rows_table
 from .trace import TraceWriter
@@ -56,6 +57,10 @@ class CohortConfig:
             ``engine.fusion``), "always" (whenever the DAG allows) or "never".
         reviewer: report reviewer (R4, ``engine.review``), or a zero-argument factory called
             once Ray is up (and the reviewer it builds released when the cohort ends).
+        gpu_concurrency: at most K bcer nodes per GPU at once (``engine.placement.gpu_share``).
+        model_server: serves some nodes from model actors (``engine.models.ModelServer``), or a
+            zero-argument factory called once Ray is up (the server it builds is closed when
+            the cohort ends).
     """
 
     out: Path
@@ -74,6 +79,8 @@ class CohortConfig:
     repairer: Any = None
     fuse: Literal["auto", "always", "never"] = "auto"
     reviewer: Any = None
+    gpu_concurrency: int | None = None
+    model_server: Any = None
 
     @property
     def goal_text(self) -> str:
@@ -198,6 +205,7 @@ class _Job:
         self.n_run = 0
         self.active = 0
         self.cap = 1
+        self.model_server: Any = None  # resolved from cfg.model_server once Ray is up
         self.plans = PlanCache()
         self.tables = CohortTables(cfg.out, cfg.run_id)
         self.repairer: Any = cfg.repairer
@@ -332,7 +340,8 @@ class _Runner:
                    data={"reused": reused})
         ctx = RunContext(run_id=cfg.run_id, output_dir=cfg.out / case.id, seed=cfg.seed,
                          read_roots=tuple(cfg.model_dirs), node_timeout_s=cfg.node_timeout_s,
-                         cache_dir=job.cache_dir, reviewer=job.reviewer)
+                         cache_dir=job.cache_dir, reviewer=job.reviewer, gpu_concurrency=cfg.gpu_concurrency,
+                         model_server=job.model_server)
         run = CaseRun(wf, case, ctx, cfg.contract, job.repairer, self.hooks, trace, self.loop, self.cluster,
                       on_done=lambda r: self._finished(job, r, t0, revisions))
         self.active[run] = (job, case)
@@ -440,6 +449,7 @@ def run_cohorts(cohorts: Iterable[tuple[Iterable[Case], CohortConfig]],
                     job.repairer = rp.default_repairer(job.cfg.run_id) or False
                     job.own_repairer = True
                 job.reviewer = resolve_reviewer(job.cfg.reviewer)
+                job.model_server = resolve_server(job.cfg.model_server)
             runner = _Runner(jobs, on_case_done, list(hooks), cluster)
             runner.run()
     except KeyboardInterrupt:
@@ -457,6 +467,8 @@ def run_cohorts(cohorts: Iterable[tuple[Iterable[Case], CohortConfig]],
                 job.repairer.close()
             if job.reviewer is not None and job.reviewer is not job.cfg.reviewer:  # built here: released here
                 release_reviewer(job.reviewer)
+            if job.model_server is not None and job.model_server is not job.cfg.model_server:
+                release_server(job.model_server)
     for job in jobs:
         _write_outputs(job)
     return [job.result() for job in jobs]

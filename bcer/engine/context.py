@@ -50,6 +50,8 @@ class RunContext:
     read_roots: tuple[str, ...] = ()
     cache_dir: Path | None = None
     reviewer: Any = None  # engine.review.ReportReviewer for report deliverables (R4); None: no review
+    gpu_concurrency: int | None = None
+    model_server: Any = None  # engine.models.ModelServer; None: every node runs as a task
 
     def __post_init__(self) -> None:
         self.output_dir = Path(self.output_dir)

@@ -103,12 +103,15 @@ def _value(values: dict[tuple[str, str], Any], src: tuple) -> Any:
 def submit_fused(run: Any) -> bool:
     """The whole case as one task (loads and nodes in one worker); False when it cannot be
     fused (a node failed planning, runs on GPU, or the DAG is large): submit it unfused."""
+    from .models import serving
     from .remote import remote_fused, submit
 
     if run.error is not None or any(st != "pending" for st in run.status.values()):
         return False
     if any(run._reviewed_writes(n) for n in run.wf.nodes):  # a report the driver reviews (R4) before writing
         return False
+    if any(serving(run.ctx.model_server, n.tool, n.params) for n in run.wf.nodes):
+        return False  # a node a model actor serves runs there, never inside a fused task
     try:
         placed = [(n, place(n, run.cluster, run.ctx.device_policy, run.device_override.get(n.id)))
                   for n in run.wf.nodes]

@@ -63,6 +63,23 @@ def _worker_id() -> str:
     return _WORKER_ID
 
 
+def gpu_where() -> dict[str, Any]:
+    """``node_id`` and ``gpu_ids`` (Ray's GPU instance ids, also in CUDA_VISIBLE_DEVICES) when this
+    task or actor holds GPUs; empty otherwise. The (node, gpu) pair is what shows that GPU-tagged
+    nodes spread over every GPU of the cluster."""
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return {}
+        ids = ray.get_gpu_ids()
+        if not ids:
+            return {}
+        return {"node_id": ray.get_runtime_context().get_node_id(), "gpu_ids": [str(i) for i in ids]}
+    except Exception:  # outside a worker or an older Ray: the placement is simply not recorded
+        return {}
+
+
 def _import_module(module: str, file: str) -> None:
     """Import a tool module by name, else (same machine, module not on sys.path) by file."""
     try:
@@ -109,7 +126,7 @@ def _pluck(value: Any, path: tuple[str, ...]) -> Any:
 def _meta(t0: float, device: str, **extra: Any) -> dict[str, Any]:
     t1 = time.time()
     return {"t_start": t0, "t_end": t1, "duration_s": t1 - t0, "worker": _worker_id(),
-            "pid": os.getpid(), "device": device, **extra}
+            "pid": os.getpid(), "device": device, **gpu_where(), **extra}
 
 
 def _stamp_origin(artifact: Any, node: str | None, field: str, tool: str) -> None:
@@ -310,4 +327,4 @@ def load_sequence_task(ref: SequenceRef) -> tuple[Any, dict[str, Any]]:
     return artifact, _meta(t0, "cpu", ok=True, error=None, sha256=digest, frames=extra, content_digest=content)
 
 
-__all__ = ["execute_node", "load_sequence_task", "run_node", "time_limit"]
+__all__ = ["execute_node", "gpu_where", "load_sequence_task", "run_node", "time_limit"]

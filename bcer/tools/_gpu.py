@@ -16,7 +16,7 @@ def array_module(device: str) -> Any:
     cp, ok = optional_import("cupy", "gpu")
     if not ok:
         raise ToolError(ErrorCode.resource, "device 'cuda' asked but cupy is not installed",
-                        hint="install bcer[gpu] or run on CPU")
+                        hint="install bcer[gpu] or run on CPU", no_device=True)
     return cp
 
 
@@ -24,7 +24,10 @@ def torch_device(device: str) -> Any:
     import torch
 
     if device != "cpu" and not torch.cuda.is_available():
-        raise ToolError(ErrorCode.resource, f"device {device!r} asked but torch sees no CUDA device")
+        # no_device: Ray gave a GPU this process cannot use (CPU-only torch, a simulated GPU);
+        # the Reflector then runs the CPU path instead of treating it as out of memory
+        raise ToolError(ErrorCode.resource, f"device {device!r} asked but torch sees no CUDA device",
+                        hint="install a CUDA build of torch on the GPU nodes, or run on CPU", no_device=True)
     return torch.device("cuda" if device != "cpu" else "cpu")
 
 
