@@ -187,7 +187,9 @@ def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
           address: Optional[str] = typer.Option(None, help="Ray address (default: local cluster)"),
           size: str = typer.Option("small", help="phantom size: small | full"),
           data: Optional[Path] = typer.Option(None, help="read cases from this folder instead of synthesising"),
-          seed: int = typer.Option(0), max_in_flight: int = typer.Option(2, help="cases in flight per task")) -> None:
+          seed: int = typer.Option(0), max_in_flight: int = typer.Option(2, help="cases in flight per task"),
+          family: str = typer.Option("base", help="phantom family: base | randomised | heldout "
+                                                  "(heldout: measure only, never tune on it)")) -> None:
     """Task-contract benchmark: SR/TCR per task with quality against ground truth beside it."""
     from .bench import resolve_tasks, run_bench
 
@@ -197,7 +199,8 @@ def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
                       TimeElapsedColumn(), console=console) as bar:
             job = bar.add_task("cases", total=len(ids) * cases)
             report = run_bench(ids, cases, out, address=address, size=size, data=data, seed=seed,
-                               max_in_flight=max_in_flight, on_case_done=lambda row: bar.advance(job))
+                               max_in_flight=max_in_flight, on_case_done=lambda row: bar.advance(job),
+                               family=family)
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     _print_bench(report)
@@ -216,7 +219,7 @@ def _print_bench(report: dict) -> None:
         console.print(t)
         for f in s["failures"]:
             console.print(f"  [red]✗[/] {f['case']}: {f['status']} {f['error_code']}: {f['error_message']}")
-    t = Table(title="bench summary")
+    t = Table(title=f"bench summary ({report['config'].get('family') or 'given data'} family)")
     for col in ("task", "cases", "SR", "TCR", "quality (mean; ✓ threshold met)", "median s/case"):
         t.add_column(col)
     for task, s in report["tasks"].items():
@@ -237,7 +240,7 @@ def demo(out: Path = typer.Option(Path("demo_out"), help="output folder"),
     console.print(f"[bold]bcer demo[/]: {cases} synthetic case(s) per task, offline planner, "
                   f"{'cluster ' + address if address else 'local Ray'}; outputs in {out}")
     bench(tasks="all", cases=cases, out=out, address=address, size="small", data=None, seed=0,
-          max_in_flight=2)
+          max_in_flight=2, family="base")
     console.print(f"inspect a case: [bold]bcer trace {out}/runs/<task>/<case>[/]  ·  tables: {out}/runs/<task>/cohort.parquet")
 
 
@@ -251,15 +254,17 @@ def data_synth(domain: str = typer.Option(..., help="brain | cardiac | prostate"
                n: int = typer.Option(4, "--n", help="number of cases"),
                layout: Optional[str] = typer.Option(None, help="dataset layout (default per domain)"),
                out: Path = typer.Option(..., help="output folder"), seed: int = typer.Option(0),
-               size: str = typer.Option("small", help="small (fast tests) | full (realistic)")) -> None:
+               size: str = typer.Option("small", help="small (fast tests) | full (realistic)"),
+               family: str = typer.Option("base", help="phantom family: base | randomised (tuning/training) "
+                                                       "| heldout (measurement only)")) -> None:
     """Write a phantom cohort with exact ground truth in a real dataset layout."""
     from .datasets.synth import synth_cohort
 
     try:
-        cases = synth_cohort(domain, n, out, layout=layout, seed=seed, size=size)
+        cases = synth_cohort(domain, n, out, layout=layout, seed=seed, size=size, family=family)
     except (ToolError, ValueError) as e:
         _fail(e)
-    console.print(f"wrote {len(cases)} {domain} cases ({size}) to {out}")
+    console.print(f"wrote {len(cases)} {domain} cases ({size}, {family} family) to {out}")
 
 
 @data_app.command("inspect")

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable
 
 from ..contracts import Case, ErrorCode, TaskContract, ToolError, list_contracts, load_contract
 from ..tools.io import write_json
-from .cases import TASK_DATA, synth_task_cases
+from .cases import TASK_DATA, family_options, synth_task_cases
 from .quality import case_quality, summarise
 
 log = logging.getLogger(__name__)
@@ -52,12 +52,13 @@ def resolve_tasks(tasks: str | Iterable[str]) -> list[str]:
     return out
 
 
-def _cases_for(task: str, n_cases: int, out: Path, size: str, data: Path | None, seed: int) -> list[Case]:
+def _cases_for(task: str, n_cases: int, out: Path, size: str, data: Path | None, seed: int,
+               family: str = "base") -> list[Case]:
     if data is None:
         target = out / "data" / task
         if target.exists():  # synthesis is deterministic; layouts would renumber onto old cases
             shutil.rmtree(target)
-        return synth_task_cases(task, n_cases, target, size, seed)
+        return synth_task_cases(task, n_cases, target, size, seed, family)
     root = data / task if (data / task).is_dir() else data
     return _read_cases(root)[:n_cases]
 
@@ -137,7 +138,7 @@ def task_summary(contract: TaskContract, rows: list[dict[str, Any]], wall_s: flo
 def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | Path = "bench_out",
               address: str | None = None, size: str = "small", data: str | Path | None = None,
               seed: int = 0, max_in_flight: int = 2,
-              on_case_done: Callable[[dict], None] | None = None) -> dict[str, Any]:
+              on_case_done: Callable[[dict], None] | None = None, family: str = "base") -> dict[str, Any]:
     """Run the benchmark and write ``OUT/bench.json``.
 
     Args:
@@ -150,6 +151,8 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
         seed: phantom seed.
         max_in_flight: cases of one task in flight at once (all tasks run concurrently).
         on_case_done: called with each finished cohort row (progress display).
+        family: phantom family ("base" | "randomised" | "heldout"; ignored with ``data``);
+            every task must offer it (``bcer.bench.cases.supports_family``).
 
     Returns:
         ``{"config", "tasks": {id: summary}, "cases": [rows], "total_wall_s", "synth_s"}``.
@@ -162,10 +165,12 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
     for t in ids:
         if data is None and t not in TASK_DATA:
             raise ToolError(ErrorCode.value_range, f"task {t!r} has no phantom generator; give --data", arg="tasks")
+        if data is None:
+            family_options(t, family)  # fail before any synthesis when a task lacks the family
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    cases = {t: _cases_for(t, n_cases, out, size, Path(data) if data else None, seed) for t in ids}
+    cases = {t: _cases_for(t, n_cases, out, size, Path(data) if data else None, seed, family) for t in ids}
     synth_s = time.time() - t0
     resources = ensure_ray(address)
     t1 = time.time()
@@ -174,6 +179,7 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
     summary = {r["task"]: task_summary(load_contract(r["task"]), r["rows"], r["wall_s"]) for r in results}
     report = {
         "config": {"tasks": ids, "n_cases": n_cases, "size": size if data is None else None,
+                   "family": family if data is None else None,
                    "data": str(data) if data else None, "seed": seed, "planner": "offline",
                    "max_in_flight_per_task": max_in_flight, "cluster": resources},
         "tasks": summary, "cases": [row for r in results for row in r["rows"]],
