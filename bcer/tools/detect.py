@@ -97,19 +97,21 @@ def _normal_level(v: np.ndarray, sd: float, below: float | None = None) -> float
     """Median ADC of a zone's normal tissue, robust to lesions filling much of the zone.
 
     Lesions only lower the ADC, so when a zone's values split (Otsu) into two classes more
-    than 6 noise SDs apart, its normal tissue is the upper class; a zone mask that swallowed
-    a large lesion (or a lesion that fills most of the TZ) otherwise drags the median down
-    to the lesion's own ADC and the lesion is never a candidate. ``below`` drops voxels of a
-    brighter zone (PZ leaking into the TZ mask) that would pose as the upper class.
+    than 4 noise SDs apart (pure noise splits about 1.6 SDs apart), its normal tissue is the
+    upper class; a zone mask that swallowed a large lesion (or a lesion that fills most of the
+    TZ) otherwise drags the median down to the lesion's own ADC and the lesion is never a
+    candidate. ``below`` drops voxels of a brighter zone (PZ leaking into the TZ mask) that
+    would pose as the upper class, unless that would drop most of the zone: then the zone's
+    own tissue is as bright as the cut (a TZ whose ADC is close to the PZ's).
     """
-    if below is not None and np.count_nonzero(v < below) >= 20:
+    if below is not None and np.count_nonzero(v < below) >= max(20, v.size // 2):
         v = v[v < below]
     med = float(np.median(v))
     if v.size < 40 or float(v.max() - v.min()) <= 0.0:
         return med
     t = threshold_otsu(v)
     lo, hi = v[v <= t], v[v > t]
-    if hi.size >= 20 and lo.size and float(np.median(hi) - np.median(lo)) > 6.0 * sd:
+    if hi.size >= 20 and lo.size and float(np.median(hi) - np.median(lo)) > 4.0 * sd:
         return float(np.median(hi))
     return med
 
@@ -251,7 +253,7 @@ def _lesion(idx: int, comp_adc: np.ndarray, a: np.ndarray, adc_aff: np.ndarray, 
                    zone=zone, attributes=attrs)
 
 
-@tool("detect.prostate_lesions", version="1.1", milestone="detection", resources={"num_cpus": 1, "memory_mb": 1024},
+@tool("detect.prostate_lesions", version="1.2", milestone="detection", resources={"num_cpus": 1, "memory_mb": 1024},
       output="findings")
 def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, zones: Mask | None = None,
                      transform: Transform | None = None, t2w: Image | None = None) -> Findings:
