@@ -111,7 +111,8 @@ def _normal_level(v: np.ndarray, sd: float, below: float | None = None) -> float
         return med
     t = threshold_otsu(v)
     lo, hi = v[v <= t], v[v > t]
-    if hi.size >= 20 and lo.size and float(np.median(hi) - np.median(lo)) > 4.0 * sd:
+    # a few voxels of normal tissue may be all a lesion leaves of a small TZ on the coarse grid
+    if hi.size >= max(10, v.size // 10) and lo.size and float(np.median(hi) - np.median(lo)) > 4.0 * sd:
         return float(np.median(hi))
     return med
 
@@ -133,7 +134,7 @@ def _candidates(a: np.ndarray, d: np.ndarray, gl: np.ndarray, zo: np.ndarray,
         # PZ first: the brightest zone; its normal level bounds what the TZ's normal tissue can be
         pz = _normal_level(a[sels["PZ"]], sd) if "PZ" in sels else None
         for name, sel in sels.items():
-            below = None if name == "PZ" or pz is None else pz - 6.0 * sd
+            below = None if name == "PZ" or pz is None else pz - 3.0 * sd
             level = pz if name == "PZ" else _normal_level(a[sel], sd, below)
             stats[name] = (float(level), sd, float(np.median(d[sel])))
     else:  # no zone masks: the whole gland is the reference
