@@ -53,6 +53,10 @@ class LesionParams(BaseModel):
                                   description="and at least this much (ADC units) below it")
     dwi_ratio: float = Field(1.2, ge=0.5, le=5.0,
                              description="DWI must exceed this x the lowest zone median DWI")
+    grow_margin_sd: float = Field(2.0, ge=0.0, le=20.0,
+                                  description="a lesion grows from its candidate voxels into connected gland voxels "
+                                              "this many noise SDs (and adc_margin_min) below the reference "
+                                              "(hysteresis; 0 = no growth)")
     min_volume_ml: float = Field(0.05, ge=0.0, le=50.0, description="smallest lesion kept (mL)")
     max_lesions: int = Field(5, ge=1, le=50, description="keep at most this many (largest volume first)")
 
@@ -118,7 +122,9 @@ def _normal_level(v: np.ndarray, sd: float, below: float | None = None) -> float
 
 
 def _candidates(a: np.ndarray, d: np.ndarray, gl: np.ndarray, zo: np.ndarray,
-                p: LesionParams) -> tuple[np.ndarray, dict[str, Any]]:
+                p: LesionParams) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """(core, loose, info): candidate voxels (restricted diffusion at the strict threshold,
+    closed) and the voxels below the looser threshold a lesion may grow into."""
     sels = {}
     for z in (1, 2):
         sel = gl & (zo == z)
@@ -143,12 +149,14 @@ def _candidates(a: np.ndarray, d: np.ndarray, gl: np.ndarray, zo: np.ndarray,
     sd = min(s[1] for s in stats.values())
     adc_thr = ref_adc - max(p.adc_margin_sd * sd, p.adc_margin_min)
     dwi_thr = p.dwi_ratio * min(s[2] for s in stats.values())
-    cand = gl & (a < adc_thr) & (d > dwi_thr)
+    strict = gl & (a < adc_thr) & (d > dwi_thr)
     # noise holes inside a lesion must not split it into pieces
-    cand = ndimage.binary_closing(cand, iterations=1) & gl
+    core = ndimage.binary_closing(strict, iterations=1) & gl
+    grow_thr = max(adc_thr, ref_adc - max(p.grow_margin_sd * sd, p.adc_margin_min)) if p.grow_margin_sd > 0 else adc_thr
+    loose = gl & (a < grow_thr) & (d > dwi_thr)
     info = {"zone_adc_median": {k: s[0] for k, s in stats.items()}, "adc_noise_sd": sd,
-            "adc_threshold": adc_thr, "dwi_threshold": dwi_thr}
-    return cand, info
+            "adc_threshold": adc_thr, "adc_grow_threshold": grow_thr, "dwi_threshold": dwi_thr}
+    return core, loose, info
 
 
 def _split_levels(comps: np.ndarray, n: int, a: np.ndarray, thr: float, sd: float,
@@ -292,13 +300,33 @@ def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, 
     zo_t2 = None if zones is None else np.rint(np.asarray(zones.data)).astype(np.int16)
     zo = (np.zeros(a.shape, np.int16) if zo_t2 is None
           else np.rint(_carry(zo_t2, gland.affine, adc.affine, a.shape, inv, "nearest")).astype(np.int16))
-    cand, info = _candidates(a, d, gl, zo, params)
-    comps, n = ndimage.label(cand, structure=np.ones((3, 3, 3)))
+    core, loose, info = _candidates(a, d, gl, zo, params)
     voxel_ml = abs(np.linalg.det(np.asarray(adc.affine)[:3, :3])) / 1000.0
-    comps, n = _split_levels(comps, n, a, info["adc_threshold"], info["adc_noise_sd"],
-                             max(1, int(np.ceil(params.min_volume_ml / voxel_ml))))
+    min_vox = max(1, int(np.ceil(params.min_volume_ml / voxel_ml)))
+    # A lesion exists when its core (restricted at the strict threshold) is large enough. Its
+    # extent is the core grown by one voxel into the looser threshold (hysteresis: a lesion only
+    # a few noise SDs below the reference shows up as scattered core voxels, and its box, size,
+    # hence PI-RADS, would be too small); grown voxels go to the nearest core, so two lesions
+    # that growth would join stay two.
+    core_lab, n_core = ndimage.label(core, structure=np.ones((3, 3, 3)))
+    core_sizes = np.bincount(core_lab.ravel(), minlength=n_core + 1)
+    ids = np.flatnonzero(core_sizes >= min_vox)
+    ids = ids[ids > 0]
+    seeds = np.zeros(a.shape, np.int32)
+    for j, cid in enumerate(ids, start=1):
+        seeds[core_lab == cid] = j
+    n = len(ids)
+    grown = ndimage.binary_dilation(seeds > 0, structure=np.ones((3, 3, 3)), mask=loose) if n else seeds > 0
+    if n:
+        idx = ndimage.distance_transform_edt(seeds == 0, sampling=adc.spacing, return_distances=False,
+                                             return_indices=True)
+        comps = np.where(grown | (seeds > 0), seeds[tuple(idx)], 0).astype(np.int32)
+    else:
+        comps = seeds
+    comps, n = _split_levels(comps, n, a, info["adc_threshold"], info["adc_noise_sd"], min_vox)
     sizes = ndimage.sum_labels(np.ones_like(a), comps, index=np.arange(1, n + 1)) * voxel_ml if n else np.zeros(0)
-    keep = [int(i) + 1 for i in np.argsort(-sizes) if sizes[i] >= params.min_volume_ml][: params.max_lesions]
+    keep = [int(i) + 1 for i in np.argsort(-sizes) if sizes[i] >= params.min_volume_ml]
+    keep = keep[: params.max_lesions]
     t2 = None if t2w is None else np.asarray(t2w.data, dtype=np.float64)
     normal_t2: dict[int, tuple[float, float]] = {}
     if t2 is not None and zo_t2 is not None:
