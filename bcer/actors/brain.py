@@ -284,6 +284,8 @@ class _Builder:
 
     def _sig_of_token(self, tok: str) -> tuple:
         parts = tok.split(".")
+        if len(parts) < 2 or parts[0] not in ("@seq", "@node"):  # a literal (e.g. a path): no producer
+            return ("?", tok)
         if parts[0] == "@seq":
             return ("seq", parts[1])
         step = next((s for s in self.steps if s.id == parts[1]), None)
@@ -304,6 +306,15 @@ def _plannable(spec: ToolSpec) -> bool:
     return spec.milestone is not None and not spec.params_schema.get("required")
 
 
+def plannable_tools(case: Case, contract: TaskContract | None = None,
+                    registry: Mapping[str, Any] | None = None) -> dict[str, ToolSpec]:
+    """Tools a planner may put in a plan for this case: plannable, allowed by the contract, and
+    of the case's domain (or domain-free). Shared by the offline and the LLM Brain."""
+    return {n: s for n, s in _registry(registry).items()
+            if _plannable(s) and (contract is None or contract.allows(n))
+            and (case.domain in ("unknown", "") or not tool_domains(s) or case.domain in tool_domains(s))}
+
+
 class OfflineBrain:
     """The default planner (``name = "offline"``): backward chaining over ToolSpecs.
 
@@ -317,6 +328,7 @@ class OfflineBrain:
     """
 
     name = "offline"
+    deterministic = True  # same goal, contract and case signature -> same plan (the engine reuses it)
 
     def __init__(self, registry: Mapping[str, Any] | None = None):
         self._registry = registry
@@ -338,9 +350,12 @@ class OfflineBrain:
 
     def revise(self, sketch: PlanSketch, errors: list[ToolError], case: Case,
                contract: TaskContract | None = None) -> PlanSketch | None:
-        """Fix what the compiler reported: drop bad args (the compiler refills defaults and
-        unique links), drop steps with unknown/disallowed tools, add steps for missing
-        milestones/deliverables. None when nothing could be changed."""
+        """Fix what the compiler (or a tool, as an observation) reported: drop bad args (the
+        compiler refills param defaults), drop steps with unknown/disallowed tools, re-derive
+        every unbound input port as :meth:`plan` would (a misspelt, swapped, omitted or
+        literal reference is replaced by the binding the planner's own rules give, never a
+        guess by spelling), and add steps for missing milestones/deliverables. None when
+        nothing could be changed (the re-derived plan is the one that failed)."""
         b = self._builder(sketch.goal, case, contract)
         drop_steps = {e.context.get("step") for e in errors if e.context.get("arg") == "tool"}
         kept = PlanSketch(goal=sketch.goal, domain=sketch.domain,
@@ -353,12 +368,15 @@ class OfflineBrain:
             if step is not None and arg in step.args:
                 log.info("revise: step %s drops arg %s (%s)", step.id, arg, e.code.value)
                 del step.args[arg]
-                blocked.add((step.id, arg))
+                spec = b.specs.get(step.tool)
+                if spec is None or spec.input(arg) is None:  # a param: back to its default
+                    blocked.add((step.id, arg))
         if drop_steps:  # references to dropped steps are now dangling
             for step in b.steps:
                 step.args = {k: v for k, v in step.args.items()
                              if not (isinstance(v, str) and v.split(".")[1:2] and v.split(".")[1] in drop_steps)}
         try:
+            self._bind_required(b)
             for kind, milestone, name, fld in self._wanted(sketch.goal, contract, b):
                 self._add(b, kind, milestone, name, fld)
             revised = self._finish(b, sketch.goal, case, contract, blocked)
@@ -369,10 +387,7 @@ class OfflineBrain:
 
     # ---- steps ----------------------------------------------------------------------------
     def _builder(self, goal: str, case: Case, contract: TaskContract | None) -> _Builder:
-        specs = {n: s for n, s in _registry(self._registry).items()
-                 if _plannable(s) and (contract is None or contract.allows(n))
-                 and (case.domain in ("unknown", "") or not tool_domains(s) or case.domain in tool_domains(s))}
-        return _Builder(case, contract, goal, specs)
+        return _Builder(case, contract, goal, plannable_tools(case, contract, self._registry))
 
     @staticmethod
     def _check_domain(goal: str, case: Case, contract: TaskContract | None) -> None:
@@ -424,8 +439,36 @@ class OfflineBrain:
         for step in b.steps:
             if step.tool in b.specs:
                 self._bind_params(b, step, case, {a for s, a in blocked if s == step.id})
-        domain = contract.domain if contract is not None else (case.domain or goal_domain(goal) or "general")
+        known = case.domain if case.domain not in ("", "unknown") else None
+        if contract is not None and contract.domain != "any":
+            domain = contract.domain
+        else:  # a task for any organ (e.g. ``recon``): the case's own domain, from its header
+            domain = known or goal_domain(goal) or "general"
         return PlanSketch(goal=goal, domain=domain, steps=b.steps)
+
+    @staticmethod
+    def _bind_required(b: _Builder) -> None:
+        """Bind every unset required input port by the rules :meth:`plan` chains with: a port
+        named after a sequence takes it, an anchor port (``fixed``...) the preferred sequence,
+        the others the cheapest source of their kind not already used by the step."""
+        for step in list(b.steps):
+            spec = b.specs.get(step.tool)
+            if spec is None:
+                continue
+            unset = sorted((p for p in spec.inputs if p.required and p.name not in step.args),
+                           key=lambda p: p.name not in ANCHOR_PORTS)
+            for port in unset:
+                used = {b.canon.get(v.split(".")[1], v.split(".")[1]) for v in step.args.values()
+                        if isinstance(v, str) and v.startswith("@seq.") and len(v.split(".")) == 2}
+                canon = canonical_sequence(port.name)
+                below = OfflineBrain._downstream(b, step.id)
+                opt = b.resolve(port.kind, port.name, canon, exclude=frozenset() if canon else frozenset(used),
+                                visiting=frozenset({step.tool}))
+                if opt is None or (opt.tool is not None and b.by_sig.get(opt.sig) in below):
+                    b.why_not.append(f"{step.tool} needs {port.name} ({port.kind.value})")
+                    continue
+                step.args[port.name] = b.token(opt, f"{port.name} of {step.tool}")
+                log.info("revise: step %s re-binds %s to %s", step.id, port.name, step.args[port.name])
 
     # ---- optional ports and params ------------------------------------------------------
     @staticmethod
@@ -447,7 +490,7 @@ class OfflineBrain:
                 continue
             aggregator = not any(p.required for p in spec.inputs)
             below = self._downstream(b, step.id)
-            taken = set(step.args.values())
+            taken = {v for v in step.args.values() if isinstance(v, str)}  # list params are not bindings
             for by_kind in (False, True):  # same-name sources first, then (sinks only) by kind
                 for port in spec.inputs:
                     if port.required or port.name in step.args or (step.id, port.name) in blocked:
@@ -499,4 +542,4 @@ class OfflineBrain:
                 step.args[param] = f"@case.{key}"
 
 
-__all__ = ["OfflineBrain", "goal_domain", "goal_milestones", "tool_domains"]
+__all__ = ["OfflineBrain", "goal_domain", "goal_milestones", "plannable_tools", "tool_domains"]

@@ -6,10 +6,10 @@ Reflector returns a :class:`Patch` (new inputs/params/device for that node only)
 
 - :class:`Tier1` is deterministic and routes on ``ErrorCode`` and ``error["context"]["arg"]``
   (which ``bcer.tools.registry`` sets), never on message text.
-- Tier 2 is an LLM asked for a patch constrained by :func:`patch_schema` (the tool's own
-  params, and the ports bound only to artifacts bindable now); :class:`LLMTier` adapts any
-  completion backend (``complete(prompt, schema) -> dict``) to the :class:`RepairTier`
-  protocol.
+- Tier 2 (``bcer.actors.reflector_llm.LLMTier``) asks an LLM backend for one of BCER's patch
+  actions (retry with corrected args, insert an allowed tool, skip an optional node, halt),
+  constrained by a per-failure JSON schema (``patch_schema``: the tool's own params, ports
+  bound only to artifacts bindable now, insertable tools).
 
 Every patch is re-validated by ``bcer.engine.compiler.validate_node`` before it is returned
 (an invalid or no-op patch falls through to the next tier). Budgets per (case, node) and per
@@ -25,75 +25,38 @@ import math
 import re
 import zlib
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from ..contracts.artifacts import ArtifactKind
 from ..contracts.case import Case
 from ..contracts.errors import ErrorCode
+from ..contracts.repair import Failure, Halt, Patch  # re-exported: the models live in contracts
 from ..contracts.task import TaskContract
 from ..contracts.workflow import Node, Workflow
 from ..engine.compiler import CompileError, resolve_registry, validate_node
 from ..engine.tokens import RUNTIME_KEYS, is_token, normalise_seq, parse_token
+from .events import PendingEvents
 
 log = logging.getLogger(__name__)
 
 HALT_AT_ONCE = frozenset({ErrorCode.sandbox, ErrorCode.input_missing})
+# the tool that puts an image on another image's grid (the insert repair of a grid mismatch)
+RESAMPLER = "resample.to_grid"
 _SHRINKABLE = re.compile(r"(window|patch|roi|batch)", re.IGNORECASE)
 
 
-class Failure(BaseModel):
-    """One failed node, as the executor reports it to the Reflector.
-
-    ``available``: token -> ArtifactKind value of every artifact bindable now (``@seq.*`` and
-    outputs of finished nodes). ``bound_kinds``: port -> kind of what was actually bound.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    case_id: str
-    node: Node
-    error: dict[str, Any]
-    attempt: int = 1
-    available: dict[str, str] = Field(default_factory=dict)
-    bound_kinds: dict[str, str] = Field(default_factory=dict)
-    has_gpu: bool = False
-
-    @property
-    def code(self) -> ErrorCode:
-        try:
-            return ErrorCode(self.error.get("code", "internal"))
-        except ValueError:
-            return ErrorCode.internal
-
-    @property
-    def arg(self) -> str | None:
-        return (self.error.get("context") or {}).get("arg")
-
-
-class Patch(BaseModel):
-    """New args for one node. ``inputs`` and ``params`` are the node's COMPLETE new inputs and
-    params (so replacing and ``dict.update`` give the same node); ``device`` None keeps the
-    executor's choice, "cpu" forces the CPU path."""
-
-    model_config = ConfigDict(extra="forbid")
-    node_id: str
-    inputs: dict[str, str]
-    params: dict[str, Any]
-    device: str | None = None
-    reason: str
-    tier: int
-
-    def apply(self, node: Node) -> Node:
-        """The node with this patch applied."""
-        return node.model_copy(update={"inputs": dict(self.inputs), "params": dict(self.params)})
-
-
-class Halt(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    node_id: str
-    code: str
-    reason: str
+def halts_at_once(failure: Failure) -> bool:
+    """Sandbox violations always halt; ``input_missing`` halts when data is missing, not when
+    the plan left a required port of the node unbound (a planning slip, not a missing
+    modality: the next tier or the planner may bind it)."""
+    if failure.code is ErrorCode.sandbox:
+        return True
+    if failure.code is not ErrorCode.input_missing:
+        return False
+    ctx = failure.error.get("context") or {}
+    unbound = failure.arg is not None and failure.arg not in failure.node.inputs and not ctx.get("file")
+    return not unbound
 
 
 @runtime_checkable
@@ -160,7 +123,7 @@ class Tier1:
 
     def propose(self, failure: Failure, workflow: Workflow, case: Case) -> Patch | Halt | None:
         code = failure.code
-        if code in HALT_AT_ONCE:
+        if halts_at_once(failure):
             return Halt(node_id=failure.node.id, code=code.value,
                         reason=f"{code.value} is never repaired: {failure.error.get('message', '')}")
         reg = resolve_registry(self._registry).get(failure.node.tool)
@@ -168,6 +131,8 @@ class Tier1:
             return None
         if code is ErrorCode.bad_reference:
             return self._fix_reference(failure, reg, case, workflow)
+        if code is ErrorCode.shape:
+            return self._regrid(failure, reg, workflow)
         handler = {ErrorCode.schema: self._fix_schema,
                    ErrorCode.value_range: self._fix_range, ErrorCode.resource: self._fix_resource,
                    ErrorCode.numeric: self._drop_overrides, ErrorCode.internal: self._drop_overrides}.get(code)
@@ -247,6 +212,34 @@ class Tier1:
             return None
         return self._patch(failure, "swapped inputs of mismatched kinds: " +
                            ", ".join(f"{p}<->{q}" for p, q in swapped), inputs=inputs)
+
+    # -- shape: an input on another grid -> insert a resampling onto the reference input ------------------
+    def _regrid(self, failure: Failure, reg: Any, workflow: Workflow) -> Patch | None:
+        """Two image inputs that must share a voxel grid do not (the tool names the odd one as
+        ``arg`` and the one it was checked against as ``reference``): insert ``resample.to_grid``
+        of the odd input onto the reference input's grid, and bind the port to its output. The
+        images keep their world positions, so nothing is guessed; a mask, a cine or a port
+        without a named reference is not regridded here."""
+        node, ctx = failure.node, failure.error.get("context") or {}
+        arg, ref = failure.arg, ctx.get("reference")
+        resampler = resolve_registry(self._registry).get(RESAMPLER)
+        if resampler is None or arg not in node.inputs or ref not in node.inputs or arg == ref:
+            return None
+        image = ArtifactKind.image.value
+        port, ref_port = reg.spec.input(arg), reg.spec.input(ref)
+        if port is None or ref_port is None or port.kind.value != image or ref_port.kind.value != image:
+            return None
+        if node.inputs[arg].startswith(f"@node.") and workflow.node(node.inputs[arg].split(".")[1]).tool == RESAMPLER:
+            return None  # already regridded once: the mismatch is not one of grids
+        taken = {n.id for n in workflow.nodes}
+        new_id, i = f"regrid_{arg}_{node.id}", 2
+        while new_id in taken:
+            new_id, i = f"regrid_{arg}_{node.id}_{i}", i + 1
+        insert = Node(id=new_id, tool=RESAMPLER, inputs={"image": node.inputs[arg], "reference": node.inputs[ref]},
+                      params={"interpolator": "linear"}, why=f"{arg} of {node.id} onto the grid of {ref}")
+        patch = self._patch(failure, f"{arg} is on another grid than {ref}: resampled onto it by {RESAMPLER}",
+                            inputs=dict(node.inputs, **{arg: f"@node.{new_id}.image"}))
+        return patch.model_copy(update={"action": "insert", "insert": insert})
 
     # -- value_range: clamp into bounds -----------------------------------------------------------------
     def _fix_range(self, failure: Failure, reg: Any, case: Case) -> Patch | None:
@@ -337,111 +330,7 @@ def _repair_token(raw: str, options: list[str], node_ids: list[str]) -> str | No
     return fields.get(field) if field is not None else None
 
 
-# -- tier 2: an LLM patch constrained to the tool's own params ------------------------------------
-
-def patch_schema(tool_name: str, available: Mapping[str, str] | None = None,
-                 registry: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """JSON schema of a patch an LLM may propose for one node of ``tool_name``.
-
-    ``params`` may hold only the tool's own params (their types and bounds come from its
-    params model; every one optional, since a patch names what it changes); ``inputs`` may
-    rebind the tool's ports, each only to a token of the port's kind among ``available``
-    (omitted when nothing is available); ``device`` may only force "cpu". Usable as a vLLM
-    ``structured_outputs`` / OpenAI ``response_format`` JSON schema.
-
-    Raises:
-        KeyError: unknown tool.
-    """
-    spec = resolve_registry(registry)[tool_name].spec
-    ps = json.loads(json.dumps(spec.params_schema))
-    inputs: dict[str, Any] = {}
-    for port in spec.inputs:
-        options = sorted(t for t, k in (available or {}).items() if k == port.kind.value)
-        if options:
-            inputs[port.name] = {"type": "string", "enum": options}
-    schema: dict[str, Any] = {
-        "title": f"Patch for {tool_name}", "type": "object", "additionalProperties": False,
-        "properties": {
-            "params": {"type": "object", "properties": ps.get("properties", {}), "additionalProperties": False},
-            "inputs": {"type": "object", "properties": inputs, "additionalProperties": False},
-            "device": {"enum": ["cpu"]},
-            "reason": {"type": "string", "maxLength": 500},
-        },
-        "required": ["reason"],
-    }
-    if "$defs" in ps:  # nested params models: keep their '#/$defs/...' references valid
-        schema["$defs"] = ps["$defs"]
-    return schema
-
-
-def repair_prompt(failure: Failure, schema: dict[str, Any]) -> str:
-    """The instruction an LLM tier sends: the failed node, its typed error, and the schema."""
-    return (
-        "A node of an MRI analysis workflow failed. Propose the smallest change to THIS node's "
-        "params or input bindings that fixes the error, as JSON matching the schema. Change "
-        "nothing else.\n"
-        f"tool: {failure.node.tool}\nnode: {failure.node.id}\ninputs: {json.dumps(failure.node.inputs)}\n"
-        f"params: {json.dumps(failure.node.params, default=str)}\nerror: {json.dumps(failure.error)}\n"
-        f"attempt: {failure.attempt}\nschema: {json.dumps(schema)}"
-    )
-
-
-class LLMTier:
-    """Tier 2: asks a completion backend for a patch constrained by :func:`patch_schema`.
-
-    Args:
-        complete: ``complete(prompt, schema) -> dict | str`` (any backend of
-            ``bcer.actors.llm``, or a replay function in tests); it should enforce the schema
-            (structured outputs) but its answer is checked again here.
-        registry: tool registry mapping (default: the global one).
-    """
-
-    tier = 2
-
-    def __init__(self, complete: Callable[[str, dict[str, Any]], dict[str, Any] | str],
-                 registry: Mapping[str, Any] | None = None):
-        self._complete = complete
-        self._registry = registry
-
-    def propose(self, failure: Failure, workflow: Workflow, case: Case) -> Patch | Halt | None:
-        if failure.code in HALT_AT_ONCE or failure.node.tool not in resolve_registry(self._registry):
-            return None
-        schema = patch_schema(failure.node.tool, failure.available, self._registry)
-        try:
-            raw = self._complete(repair_prompt(failure, schema), schema)
-            payload = json.loads(raw) if isinstance(raw, str) else dict(raw)
-        except Exception as e:  # a failing backend must not crash the run; the next tier decides
-            log.warning("LLM repair of %s failed: %s: %s", failure.node.id, type(e).__name__, e)
-            return None
-        problem = _schema_problem(payload, schema)
-        if problem:
-            log.info("LLM patch for %s rejected by its schema: %s", failure.node.id, problem)
-            return None
-        node = failure.node
-        return Patch(node_id=node.id, inputs={**node.inputs, **payload.get("inputs", {})},
-                     params={**node.params, **payload.get("params", {})}, device=payload.get("device"),
-                     reason="llm: " + str(payload.get("reason", "")), tier=self.tier)
-
-
-def _schema_problem(payload: Any, schema: dict[str, Any]) -> str | None:
-    from ..optional import optional_import
-
-    jsonschema, ok = optional_import("jsonschema", extra="llm")
-    if ok:
-        try:
-            jsonschema.validate(payload, schema)
-        except jsonschema.ValidationError as e:
-            return e.message
-        return None
-    # without jsonschema: at least the closed key sets (bounds are re-checked by the compiler)
-    if not isinstance(payload, dict) or set(payload) - set(schema["properties"]):
-        return "not an object with patch keys"
-    for key in ("params", "inputs"):
-        allowed = schema["properties"][key]["properties"]
-        if not isinstance(payload.get(key, {}), dict) or set(payload.get(key, {})) - set(allowed):
-            return f"{key} outside the tool's own {key}"
-    return None
-
+# -- tier 2 (an LLM patch action) lives in ``reflector_llm``; re-exported lazily below ---------------
 
 # -- the Reflector --------------------------------------------------------------------------------
 
@@ -466,12 +355,14 @@ class Reflector:
         self._registry = registry
         self._per_node: Counter[tuple[str, str]] = Counter()
         self._per_case: Counter[str] = Counter()
+        self._events = PendingEvents()  # LLM calls of tiers, until the engine writes them to the trace
+        self._why: str | None = None  # why the last proposal was rejected (for its llm_call event)
 
     def repair(self, failure: Failure, workflow: Workflow, case: Case,
                contract: TaskContract | None = None) -> Patch | Halt:
         """A Patch for the failed node (re-validated by the compiler), or a Halt."""
         node, code = failure.node, failure.code
-        if code in HALT_AT_ONCE:
+        if halts_at_once(failure):
             return Halt(node_id=node.id, code=code.value,
                         reason=f"{code.value} halts at once: {failure.error.get('message', '')}")
         used_node, used_case = self._per_node[(failure.case_id, node.id)], self._per_case[failure.case_id]
@@ -487,8 +378,11 @@ class Reflector:
                             type(e).__name__, e)
                 continue
             if isinstance(proposal, Halt):
+                self._settle(tier, failure.case_id, True, None)
                 return proposal
+            self._why = None
             patch = self._validated(proposal, failure, workflow, case, contract) if proposal else None
+            self._settle(tier, failure.case_id, patch is not None, self._why)
             if patch is not None:
                 self._per_node[(failure.case_id, node.id)] += 1
                 self._per_case[failure.case_id] += 1
@@ -499,19 +393,71 @@ class Reflector:
 
     def _validated(self, patch: Patch, failure: Failure, workflow: Workflow, case: Case,
                    contract: TaskContract | None) -> Patch | None:
+        """The patch re-checked by the compiler (normalised), or None when it is invalid."""
         if patch.node_id != failure.node.id:
-            log.info("patch for %s targets another node %s: rejected", failure.node.id, patch.node_id)
-            return None
+            return self._reject("patch for %s targets another node %s", failure.node.id, patch.node_id)
+        if patch.action == "skip":
+            return self._validated_skip(patch, failure, workflow)
+        inserted, target_wf = None, workflow
         try:
-            node = validate_node(workflow, patch.apply(failure.node), case, contract, registry=self._registry)
+            if patch.action == "insert":
+                inserted, target_wf = self._validated_insert(patch, failure, workflow, case, contract)
+            node = validate_node(target_wf, patch.apply(failure.node), case, contract, registry=self._registry)
         except CompileError as e:
-            log.info("patch for %s rejected by the compiler: %s", failure.node.id, e.to_dicts())
-            return None
-        if (patch.device is None and node.inputs == failure.node.inputs
+            return self._reject("patch for %s rejected by the compiler: %s", failure.node.id,
+                                "; ".join(str(x) for x in e.errors))
+        except ValueError as e:
+            return self._reject("patch for %s rejected: %s", failure.node.id, e)
+        if inserted is not None and not any(t.startswith(f"@node.{inserted.id}.") for t in node.inputs.values()):
+            return self._reject("insert patch for %s does not use the inserted node %s", failure.node.id,
+                                inserted.id)
+        if (inserted is None and patch.device is None and node.inputs == failure.node.inputs
                 and _jsonable(node.params) == _jsonable(failure.node.params)):
-            log.info("patch for %s changes nothing: rejected", failure.node.id)
-            return None
-        return patch.model_copy(update={"inputs": node.inputs, "params": node.params})
+            return self._reject("patch for %s changes nothing", failure.node.id)
+        return patch.model_copy(update={"inputs": node.inputs, "params": node.params, "insert": inserted})
+
+    def _validated_insert(self, patch: Patch, failure: Failure, workflow: Workflow, case: Case,
+                          contract: TaskContract | None) -> tuple[Node, Workflow]:
+        """The inserted node checked like a compiled one, and the workflow that contains it."""
+        new = patch.insert
+        if new is None:
+            raise ValueError("insert patch without a node to insert")
+        if any(n.id == new.id for n in workflow.nodes):
+            raise ValueError(f"inserted node id {new.id!r} already exists")
+        below = workflow.downstream(failure.node.id) | {failure.node.id}
+        bad = [t for t in new.inputs.values() if isinstance(t, str) and t.startswith("@node.")
+               and parse_token(t).name in below]
+        if bad:
+            raise ValueError(f"inserted node binds {bad[0]}, which is not upstream of {failure.node.id}")
+        node = validate_node(workflow, new.model_copy(update={"required": failure.node.required}), case,
+                             contract, registry=self._registry)
+        edges = [(parse_token(t).name, node.id) for t in node.inputs.values() if t.startswith("@node.")]
+        wf = workflow.model_copy(update={"nodes": [*workflow.nodes, node], "edges": [*workflow.edges, *edges]})
+        return node, wf
+
+    def _validated_skip(self, patch: Patch, failure: Failure, workflow: Workflow) -> Patch | None:
+        if failure.node.required:
+            return self._reject("skip patch for required node %s", failure.node.id)
+        needed = [d for d in workflow.downstream(failure.node.id) if workflow.node(d).required]
+        if needed:
+            return self._reject("skip patch for %s: required node %s depends on it", failure.node.id, needed[0])
+        return patch.model_copy(update={"inputs": dict(failure.node.inputs), "params": dict(failure.node.params)})
+
+    def _reject(self, fmt: str, *args: Any) -> None:
+        """Log why a proposal is refused and keep the reason for the tier's ``llm_call`` event."""
+        self._why = fmt % args
+        log.info("%s: rejected", self._why)
+        return None
+
+    def _settle(self, tier: Any, case_id: str, accepted: bool, why: str | None) -> None:
+        if getattr(tier, "pending_event", None):
+            from .reflector_llm import settle
+
+            settle(tier, case_id, self._events, accepted, why)
+
+    def drain_events(self, case_id: str) -> list[dict[str, Any]]:
+        """Events of this case's repairs not yet in its trace (``llm_call`` of tier 2), oldest first."""
+        return self._events.pop(case_id)
 
     def reset(self, case_id: str | None = None) -> None:
         """Forget the repairs counted for one case (e.g. when it starts a fresh run), or all."""
@@ -539,24 +485,71 @@ def reflector_actor(tiers: list[RepairTier] | None = None, max_per_node: int = 2
 
 
 class ReflectorPool:
-    """A small pool of Reflector actors shared by the cases of a cohort (so a tier-2 LLM
-    client is held by a few actors, not one per case). A case always goes to the same member,
-    chosen by a stable hash of its id, because its repair budget lives there.
+    """A small pool of Reflector actors shared by the cases of a run (so a tier-2 LLM client is
+    held by a few actors, not one per case). A case always goes to the same member, chosen by
+    a stable hash of its id, because its repair budget lives there. Members start on first
+    use: a run without failures starts no actor at all.
+
+    Implements the engine's ``RepairerPool`` protocol (``bcer.engine.repair``).
 
     Args:
         size: number of actors.
-        prefix: actor names are ``f"{prefix}_{i}"`` (get-or-create: drivers share them).
-        **kwargs: passed to :func:`reflector_actor` (tiers, budgets, registry, namespace).
+        prefix: actor names are ``f"{prefix}{sep}{i}"`` (get-or-create: drivers share them).
+        registry: tools the actors validate against; ``"auto"`` (default) hands them a snapshot
+            of this driver's registry when it holds tools registered outside bcer (plugins,
+            user tools), so their modules are imported in the actor too.
+        **kwargs: passed to :func:`reflector_actor` (tiers, budgets, namespace).
     """
 
-    def __init__(self, size: int = 2, prefix: str = "bcer_reflector", **kwargs: Any):
+    def __init__(self, size: int = 2, prefix: str = "bcer_reflector", sep: str = "_",
+                 registry: Mapping[str, Any] | str | None = "auto", **kwargs: Any):
         if size < 1:
             raise ValueError(f"a reflector pool needs at least one actor, got size={size}")
-        self.members = [reflector_actor(name=f"{prefix}_{i}", **kwargs) for i in range(size)]
+        self.size, self.prefix, self.sep = size, prefix, sep
+        self._registry, self._kwargs = registry, kwargs
+        self._members: dict[int, Any] = {}
+
+    @property
+    def members(self) -> list[Any]:
+        """The actors started so far."""
+        return [self._members[i] for i in sorted(self._members)]
 
     def for_case(self, case_id: str) -> Any:
-        """The actor handle that repairs ``case_id``."""
-        return self.members[zlib.crc32(case_id.encode()) % len(self.members)]
+        """The actor handle that repairs ``case_id`` (started on first use)."""
+        slot = zlib.crc32(case_id.encode()) % self.size
+        if slot not in self._members:
+            registry = _plugin_registry() if self._registry == "auto" else self._registry
+            self._members[slot] = reflector_actor(name=f"{self.prefix}{self.sep}{slot}", registry=registry,
+                                                  **self._kwargs)
+        return self._members[slot]
+
+    def close(self) -> None:
+        """Kill the started actors (their budgets die with the run)."""
+        import ray
+
+        for member in self.members:
+            try:
+                ray.kill(member, no_restart=True)
+            except Exception:  # already gone with its cluster
+                log.debug("reflector actor already gone", exc_info=True)
+        self._members.clear()
+
+
+def _plugin_registry() -> dict[str, Any] | None:
+    """None when every registered tool ships with bcer (the actor loads those itself); else a
+    snapshot of the registry, so unpickling it imports the plugin tools' modules in the actor
+    (they must be importable by name there, e.g. from the working directory)."""
+    from ..tools.registry import REGISTRY, load_all
+
+    load_all()
+    if all(reg.fn.__module__.startswith("bcer.") for reg in REGISTRY.values()):
+        return None
+    return dict(REGISTRY)
+
+
+def reflector_pool(run_id: str, size: int = 2, **kwargs: Any) -> ReflectorPool:
+    """THE pool of one run (the API, CLI and bench build it and hand it to the engine)."""
+    return ReflectorPool(size, prefix=f"bcer-reflector-{run_id}", sep="-", **kwargs)
 
 
 _ACTOR_CLS: Any = None
@@ -576,8 +569,22 @@ def __getattr__(name: str) -> Any:
     so importing this module never imports ray."""
     if name == "ReflectorActor":
         return _actor_class()
+    if name in ("LLMTier", "patch_schema", "repair_prompt"):  # tier 2 imports this module
+        from . import reflector_llm
+
+        return getattr(reflector_llm, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Failure", "Halt", "HALT_AT_ONCE", "LLMTier", "Patch", "Reflector", "ReflectorActor", "ReflectorPool",
-           "RepairTier", "Tier1", "clamp_value", "patch_schema", "reflector_actor", "repair_prompt"]
+def _register_default() -> None:
+    """Direct engine users (``run_case_workflow`` without a repairer) get this run's pool."""
+    from ..engine.repair import set_default_repairer
+
+    set_default_repairer(reflector_pool)
+
+
+_register_default()
+
+__all__ = ["Failure", "Halt", "HALT_AT_ONCE", "LLMTier", "Patch", "RESAMPLER", "Reflector", "ReflectorActor",
+           "ReflectorPool", "RepairTier", "Tier1", "clamp_value", "halts_at_once", "patch_schema", "reflector_actor",
+           "reflector_pool", "repair_prompt"]

@@ -4,7 +4,10 @@ For each task the cases are synthesised (phantoms with exact truth, written in t
 layout of that kind of study) or read from ``data``; every (task, case) then runs on Ray:
 one cohort per task, all tasks at once, so the cluster interleaves cases of every task.
 SR and TCR are the executor's contract validation (``bcer.engine.validate.score``), exactly
-as defined there; quality metrics (``bcer.bench.quality``) are computed afterwards from the
+as defined there, with SR also requiring every plausibility check of the contract to pass
+(``bcer.engine.plausibility``); ``sr_delivered`` is the validators alone, reported beside
+it so a tool that delivers wrong-but-well-formed files shows up as the gap between the two.
+Quality metrics (``bcer.bench.quality``) are computed afterwards from the
 written deliverables and reported beside them, never folded in.
 
 Output::
@@ -19,7 +22,6 @@ import logging
 import shutil
 import statistics
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -76,56 +78,100 @@ def _read_cases(root: Path) -> list[Case]:
     return load_cases(root)
 
 
-def _run_task(task: str, cases: list[Case], out: Path, address: str | None, seed: int,
-              max_in_flight: int, on_case_done: Callable[[dict], None] | None) -> dict[str, Any]:
-    from ..actors.brain import OfflineBrain
-    from ..engine.cohort import CohortConfig, run_cohort
-
-    contract = load_contract(task)
-    cfg = CohortConfig(out=out / "runs" / task, planner=OfflineBrain(), contract=contract,
-                       max_in_flight=max_in_flight, address=address, seed=seed)
-    t0 = time.time()
-    result = run_cohort(cases, cfg, on_case_done=on_case_done)
+def _task_rows(task: str, cases: list[Case], result: Any, contract: TaskContract) -> list[dict[str, Any]]:
     by_id = {c.id: c for c in cases}
     rows = []
     for row in result.rows:
         case = by_id.get(row["case"])
-        case_dir = cfg.out / row["case"]
+        case_dir = result.out / row["case"]
         quality = (case_quality(case, case_dir, contract)
                    if case is not None and case.ground_truth and (case_dir / "workflow.json").exists() else {})
         rows.append({"task": task, "case": row["case"], "status": row["status"], "sr": row.get("sr") or 0,
+                     "sr_delivered": int(row.get("sr_delivered", row.get("sr")) or 0),
                      "tcr": float(row.get("tcr") or 0.0), "error_code": row.get("error_code"),
                      "error_message": row.get("error_message"), "error_node": row.get("error_node"),
                      "duration_s": row.get("duration_s"), "repairs": row.get("repairs", 0),
-                     "plan_revisions": row.get("plan_revisions"), "quality": quality})
-    return {"task": task, "rows": rows, "wall_s": round(time.time() - t0, 2), "out": str(cfg.out)}
+                     "plan_revisions": row.get("plan_revisions"), "quality": quality,
+                     "plausibility": row.get("plausibility") or []})
+    return rows
 
 
 def run_task_cases(cases: dict[str, list[Case]], out: str | Path, address: str | None = None, seed: int = 0,
-                   max_in_flight: int = 2, on_case_done: Callable[[dict], None] | None = None
-                   ) -> list[dict[str, Any]]:
-    """Run every task's cases on Ray, one cohort per task, all tasks concurrently.
+                   max_in_flight: int = 2, on_case_done: Callable[[dict], None] | None = None,
+                   cache: str | Path | None = None, node_timeout_s: float | None = None,
+                   bundles: dict[str, str] | None = None, read_roots: tuple[str, ...] = (),
+                   controller: Any = None) -> list[dict[str, Any]]:
+    """Run every task's cases on Ray, one cohort per task, all tasks from one driver loop.
 
     Returns:
         Per task ``{"task", "rows", "wall_s", "out"}``; each row carries SR/TCR, the error
         and the case's quality metrics. Cohort outputs go to ``OUT/runs/<task>``.
     """
-    from ..engine.compiler import resolve_registry
+    from ..actors.brain import OfflineBrain
+    from ..actors.bundles import BundleBinder
+    from ..api import make_repairer, report_reviewer
+    from ..engine.cohort import CohortConfig, run_cohorts
 
-    resolve_registry()  # import every tool module once, before the task threads plan concurrently
-    with ThreadPoolExecutor(max_workers=max(1, len(cases)), thread_name_prefix="bcer-bench") as pool:
-        futures = [pool.submit(_run_task, t, cs, Path(out), address, seed, max_in_flight, on_case_done)
-                   for t, cs in cases.items()]
-        return [f.result() for f in futures]
+    contracts = {t: load_contract(t) for t in cases}
+    cfgs: dict[str, CohortConfig] = {}
+    for t in cases:
+        planner = controller.new_planner() if controller is not None else OfflineBrain()  # llm: --planner
+        if bundles:
+            planner = BundleBinder(planner, bundles)
+        cfgs[t] = CohortConfig(out=Path(out) / "runs" / t, planner=planner, contract=contracts[t],
+                               max_in_flight=max_in_flight, address=address, seed=seed, model_dirs=read_roots,
+                               cache=Path(cache) if cache else None, node_timeout_s=node_timeout_s,
+                               reviewer=report_reviewer(contracts[t]))  # report tasks run the R4 loop (no memory)
+    tiers = controller.tiers if controller is not None else None
+    for cfg in cfgs.values():  # one pool per task cohort: case ids repeat across tasks, budgets must not
+        cfg.repairer = make_repairer(cfg.run_id, tiers)
+    finished: dict[str, float] = {}
+    t0 = time.time()
+
+    def done(row: dict[str, Any]) -> None:
+        finished[row.get("task") or ""] = time.time() - t0
+        if on_case_done:
+            on_case_done(row)
+
+    try:
+        results = run_cohorts([(cases[t], cfgs[t]) for t in cases], on_case_done=done)
+    finally:
+        for cfg in cfgs.values():
+            cfg.repairer.close()
+    return [{"task": t, "rows": _task_rows(t, cases[t], r, contracts[t]),
+             "wall_s": round(finished.get(t, time.time() - t0), 2), "out": str(r.out)}
+            for t, r in zip(cases, results)]
+
+
+def plausibility_summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per check: cases it ran on, passed, failed, not applicable, and the range of its values."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        for c in r.get("plausibility") or []:
+            s = out.setdefault(c["check"], {"deliverable": c["deliverable"], "limit": c.get("limit", ""),
+                                            "passed": 0, "failed": 0, "not_applicable": 0, "values": []})
+            s[{True: "passed", False: "failed", None: "not_applicable"}[c["ok"]]] += 1
+            if c.get("value") is not None:
+                s["values"].append(float(c["value"]))
+            if c["ok"] is not None and c.get("limit"):
+                s["limit"] = c["limit"]
+    for s in out.values():
+        vals = s.pop("values")
+        s["min"], s["max"] = (round(min(vals), 4), round(max(vals), 4)) if vals else (None, None)
+    return out
 
 
 def task_summary(contract: TaskContract, rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
-    """Cases, SR, TCR (means over cases), quality means with thresholds, median wall per case."""
+    """Cases, SR (delivered AND plausible), SR delivered (contract validators only), TCR (means
+    over cases), plausibility per check, quality means with thresholds, median wall per case."""
     n = len(rows)
     durations = [r["duration_s"] for r in rows if r.get("duration_s") is not None]
     return {
         "task": contract.id, "chain": contract.chain, "cases": n,
         "sr": round(sum(r["sr"] for r in rows) / n, 4) if n else 0.0,
+        "sr_delivered": round(sum(r.get("sr_delivered", r["sr"]) for r in rows) / n, 4) if n else 0.0,
+        "implausible": sum(r["status"] == "implausible" for r in rows),
+        "plausibility": plausibility_summary(rows),
         "tcr": round(sum(r["tcr"] for r in rows) / n, 4) if n else 0.0,
         "quality": summarise(contract, [r["quality"] for r in rows]),
         "median_case_s": round(statistics.median(durations), 2) if durations else None,
@@ -138,7 +184,11 @@ def task_summary(contract: TaskContract, rows: list[dict[str, Any]], wall_s: flo
 def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | Path = "bench_out",
               address: str | None = None, size: str = "small", data: str | Path | None = None,
               seed: int = 0, max_in_flight: int = 2,
-              on_case_done: Callable[[dict], None] | None = None, family: str = "base") -> dict[str, Any]:
+              on_case_done: Callable[[dict], None] | None = None, cache: str | Path | None = None,
+              node_timeout_s: float | None = None,
+              bundles: dict[str, str] | None = None, model_dirs: Iterable[str] = (), planner: str = "offline",
+              llm: Any = None, llm_record: str | Path | None = None, reflector: str = "tier1",
+              family: str = "base") -> dict[str, Any]:
     """Run the benchmark and write ``OUT/bench.json``.
 
     Args:
@@ -151,15 +201,28 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
         seed: phantom seed.
         max_in_flight: cases of one task in flight at once (all tasks run concurrently).
         on_case_done: called with each finished cohort row (progress display).
+        cache: node cache folder (reruns reuse every unchanged node).
+        node_timeout_s: time limit of every node (default: each tool's own).
+        bundles: ``{tool: bundle folder}`` the planner binds as ``bundle_dir`` (relative
+            folders are looked up under ``model_dirs``).
+        model_dirs: read-only folders of local model bundles.
+        planner, llm, llm_record, reflector: as for ``bcer.Study`` (``--planner``, ``--llm``,
+            ``--llm-record``, ``--reflector``); one backend serves every task.
         family: phantom family ("base" | "randomised" | "heldout"; ignored with ``data``);
             every task must offer it (``bcer.bench.cases.supports_family``).
 
     Returns:
         ``{"config", "tasks": {id: summary}, "cases": [rows], "total_wall_s", "synth_s"}``.
     """
+    from ..actors.bundles import bundle_read_roots, resolve_bundles
     from ..engine.cluster import ensure_ray
 
+    from ..actors.specs import check_planner, check_reflector
+
     ids = resolve_tasks(tasks)
+    model_dirs = [str(d) for d in model_dirs]
+    bundles = resolve_bundles(bundles, model_dirs)
+    check_planner(planner), check_reflector(reflector)  # before minutes of synthesis
     if size not in ("small", "full"):
         raise ToolError(ErrorCode.value_range, f"size must be small or full, got {size!r}", arg="size")
     for t in ids:
@@ -173,15 +236,21 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
     cases = {t: _cases_for(t, n_cases, out, size, Path(data) if data else None, seed, family) for t in ids}
     synth_s = time.time() - t0
     resources = ensure_ray(address)
+    from ..actors.specs import Controller
+
     t1 = time.time()
-    results = run_task_cases(cases, out, address, seed, max_in_flight, on_case_done)
+    with Controller(planner, llm=llm, reflector_spec=reflector, llm_record=llm_record, address=address) as ctl:
+        results = run_task_cases(cases, out, address, seed, max_in_flight, on_case_done, cache, node_timeout_s,
+                                 bundles, bundle_read_roots(bundles, model_dirs), ctl)
     run_s = time.time() - t1
     summary = {r["task"]: task_summary(load_contract(r["task"]), r["rows"], r["wall_s"]) for r in results}
     report = {
         "config": {"tasks": ids, "n_cases": n_cases, "size": size if data is None else None,
                    "family": family if data is None else None,
-                   "data": str(data) if data else None, "seed": seed, "planner": "offline",
-                   "max_in_flight_per_task": max_in_flight, "cluster": resources},
+                   "data": str(data) if data else None, "seed": seed, "planner": planner, "reflector": reflector,
+                   "llm": llm if isinstance(llm, str) or llm is None else getattr(llm, "name", "object"),
+                   "max_in_flight_per_task": max_in_flight, "cluster": resources, "bundles": bundles,
+                   "cache": str(cache) if cache else None},
         "tasks": summary, "cases": [row for r in results for row in r["rows"]],
         "synth_s": round(synth_s, 2), "run_s": round(run_s, 2), "total_wall_s": round(time.time() - t0, 2),
     }
@@ -191,4 +260,4 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
     return report
 
 
-__all__ = ["BENCH_FILE", "resolve_tasks", "run_bench", "run_task_cases", "task_summary"]
+__all__ = ["BENCH_FILE", "plausibility_summary", "resolve_tasks", "run_bench", "run_task_cases", "task_summary"]

@@ -264,6 +264,21 @@ def ef_error_pts(case: Case, case_dir: Path, contract: TaskContract) -> float | 
     return None if got is None else abs(got - float(truth))
 
 
+@metric("ed_es_exact")
+def ed_es_exact(case: Case, case_dir: Path, contract: TaskContract) -> float | None:
+    """1 when the delivered ED and ES frames both equal the truth's (frames of largest and
+    smallest true LV volume), else 0 (mean = the fraction of cases exactly right)."""
+    vals = _values(case)
+    name = next((d.name for d in contract.deliverables if d.milestone == "phase_detection"), None)
+    if name is None or vals.get("ed_frame") is None or vals.get("es_frame") is None:
+        return None
+    ed = _table_value(_deliverable_path(case_dir, contract, name), "ed_frame")
+    es = _table_value(_deliverable_path(case_dir, contract, name), "es_frame")
+    if ed is None or es is None:
+        return None
+    return float(int(ed) == int(vals["ed_frame"]) and int(es) == int(vals["es_frame"]))
+
+
 def _class_accuracy(truth_key: str) -> Metric:
     def fn(case: Case, case_dir: Path, contract: TaskContract) -> float | None:
         truth = _values(case).get(truth_key)

@@ -6,13 +6,13 @@ from .errors import ErrorCode, ToolError
 from .event import Event
 from .plan import PlanSketch, PlanStep
 from .spec import Port, Resources, ToolSpec
-from .task import DeliverableSpec, QualityCheck, TaskContract, Validator, list_contracts, load_contract
+from .task import DeliverableSpec, PlausibilityCheck, QualityCheck, TaskContract, Validator, list_contracts, load_contract
 from .workflow import Deliverable, Node, Workflow
 
 __all__ = [
     "ARTIFACT_TYPES", "ArtifactKind", "Case", "Cine", "Classification", "Deliverable",
     "DeliverableSpec", "ErrorCode", "Event", "Finding", "Findings", "Image", "KSpace", "Mask",
-    "Node", "PlanSketch", "PlanStep", "Port", "QualityCheck", "Report", "Resources",
+    "Node", "PlanSketch", "PlanStep", "PlausibilityCheck", "Port", "QualityCheck", "Report", "Resources",
     "SequenceRef", "Table", "TaskContract", "ToolError", "ToolSpec", "Transform", "Validator",
     "Workflow", "kind_of", "list_contracts", "load_contract",
 ]

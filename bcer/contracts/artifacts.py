@@ -5,7 +5,10 @@ Array conventions (the same everywhere in bcer):
 - ``Cine.data``: (X, Y, Z, T); frames along the last axis.
 - ``KSpace.data``: complex (C, X, Y, Z[, T]) with coils first; Cartesian phase encoding
   along Y (array axis 2 of ``data``); ``mask`` is a boolean (Y,) vector of sampled lines
-  (or (X, Y) for 2-D patterns); ``affine`` is the geometry of the image it reconstructs to.
+  (or (X, Y) for 2-D patterns); ``affine`` is the geometry of the full encoded image grid
+  (readout oversampling included); ``meta["recon_matrix"]`` ([x, y], ISMRMRD reconSpace) is
+  the in-plane matrix the image is reconstructed to, centre-cropped from that grid exactly as
+  fastMRI crops ``reconstruction_rss`` (``KSpace.recon_crop``, ``KSpace.recon_affine``).
 - ``Mask.data``: integer labels on an image or cine grid; ``labels`` names each value.
 Artifacts coming out of Ray's object store are read-only: copy before writing.
 """
@@ -102,6 +105,40 @@ class KSpace:
     def acceleration(self) -> float:
         m = np.asarray(self.mask, dtype=bool)
         return float(m.size) / max(int(m.sum()), 1)
+
+    @property
+    def encoded_matrix(self) -> tuple[int, int]:
+        return int(self.data.shape[1]), int(self.data.shape[2])
+
+    @property
+    def recon_crop(self) -> tuple[int, int, int, int]:
+        """(x0, y0, rx, ry): the recon matrix ``meta["recon_matrix"]`` (default: the encoded
+        matrix) as a centre crop of the encoded image, as fastMRI does it: offsets
+        ``(X - rx) // 2`` and ``(Y - ry) // 2``; when the encoded Y is smaller than the recon
+        y (some fastMRI brain FLAIR files) the crop is (Y, Y), as fastMRI's transforms do.
+
+        Raises:
+            ValueError: a recon x larger than the encoded X, or a malformed matrix.
+        """
+        x, y = self.encoded_matrix
+        rm = self.meta.get("recon_matrix")
+        if rm is None:
+            return 0, 0, x, y
+        vals = [rm[k] for k in ("x", "y") if k in rm] if isinstance(rm, dict) else list(rm)[:2]
+        rx, ry = (int(v) for v in vals)
+        if y < ry:
+            rx, ry = y, y
+        if not (0 < rx <= x and 0 < ry <= y):
+            raise ValueError(f"recon matrix {rx}x{ry} does not fit in the encoded matrix {x}x{y}")
+        return (x - rx) // 2, (y - ry) // 2, rx, ry
+
+    @property
+    def recon_affine(self) -> np.ndarray:
+        """Affine of the recon grid: the encoded grid's, moved to the crop's first voxel."""
+        x0, y0, _, _ = self.recon_crop
+        a = np.array(self.affine, dtype=np.float64)
+        a[:3, 3] = a[:3, :3] @ np.array([x0, y0, 0.0]) + a[:3, 3]
+        return a
 
 
 @dataclass(eq=False)

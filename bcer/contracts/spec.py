@@ -9,10 +9,14 @@ from .artifacts import ArtifactKind
 
 
 class Resources(BaseModel):
+    """What one call of a tool needs. ``timeout_s``: a call running longer fails with
+    ``timeout`` (``--node-timeout`` overrides it for every tool; None: no limit)."""
+
     model_config = ConfigDict(extra="forbid")
     num_cpus: float = 1.0
     num_gpus: float = 0.0
     memory_mb: int = 512
+    timeout_s: float | None = Field(3600.0, gt=0)
 
 
 class Port(BaseModel):

@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .artifacts import ArtifactKind
 
@@ -45,6 +45,23 @@ class QualityCheck(BaseModel):
     higher_is_better: bool = True
 
 
+class PlausibilityCheck(BaseModel):
+    """One domain check of the written deliverables (``bcer.engine.plausibility`` holds the
+    table of named checks, their default limits and their sources).
+
+    ``check``: the check's name. ``deliverable``: the deliverable it judges (named in the
+    result). ``uses``: other deliverables it reads, by role (e.g. ``{gland: gland}`` for
+    lesions judged against the gland mask). ``params``: limits that replace the check's
+    defaults for this task (validated against the check's own params model).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    check: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    deliverable: str
+    uses: dict[str, str] = Field(default_factory=dict)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
 class TaskContract(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: str
@@ -54,9 +71,24 @@ class TaskContract(BaseModel):
     inputs: list[str] = Field(default_factory=list)
     input_alternatives: dict[str, list[str]] = Field(default_factory=dict)
     allowed_tools: list[str] = Field(default_factory=list)  # empty: any registered tool
+    # "tool.port" -> the input sequences that port may bind in this task (e.g. which image is
+    # the fixed one of a registration); the compiler rejects any other binding
+    roles: dict[str, list[str]] = Field(default_factory=dict)
     milestones: list[str] = Field(default_factory=list)
     deliverables: list[DeliverableSpec] = Field(default_factory=list)
     quality: list[QualityCheck] = Field(default_factory=list)
+    # domain checks of the deliverables; a case that fails one is ``implausible`` (SR 0)
+    plausibility: list[PlausibilityCheck] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _plausibility_names_deliverables(self) -> "TaskContract":
+        names = {d.name for d in self.deliverables}
+        for c in self.plausibility:
+            bad = [n for n in (c.deliverable, *c.uses.values()) if n not in names]
+            if bad:
+                raise ValueError(f"plausibility check {c.check!r} names unknown deliverable(s) {bad}; "
+                                 f"deliverables: {sorted(names)}")
+        return self
 
     def allows(self, tool: str) -> bool:
         return not self.allowed_tools or any(

@@ -13,10 +13,19 @@ grid's voxels.
 
 Everything is sampled onto a grid with a non-identity orientation (oblique, flipped axes),
 anisotropic voxels and a non-square matrix, so tools that ignore the affine fail tests.
+
+Families (``family=``; ranges in :data:`FAMILY_RANGES`, one table): ``"base"`` is the phantom
+above, unchanged; ``"randomised"`` (for tuning and training) draws voxel size, field of
+view, obliquity (and sometimes a sagittal/coronal acquisition: permuted axes), brain
+position, per-tissue contrast, intensity scale, noise, bias and tumour size; ``"heldout"``
+draws other ranges (stronger obliquity, always a permuted acquisition, coarser or finer
+voxels, tumours smaller or larger than the randomised ones, stronger noise and bias,
+scanner-unit scales). **Nothing is ever tuned on the held-out family**; it only measures.
 """
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -62,6 +71,37 @@ _GRIDS = {  # size -> (MNI resolution mm, in-plane spacing range, slice spacing 
     "full": (1, (0.94, 1.0), (1.0, 1.2), (176.0, 208.0, 156.0)),
 }
 _BRAIN_CENTRE = np.array([0.0, -18.0, 10.0])  # MNI mm, middle of the brain mask's extent
+
+FAMILIES = ("base", "randomised", "heldout")
+
+
+@dataclass(frozen=True)
+class FamilyRanges:
+    """Parameter ranges of one brain phantom family (uniform draws unless said otherwise)."""
+
+    inplane_mm: dict[str, tuple[float, float]]   # per size
+    through_mm: dict[str, tuple[float, float]]   # per size
+    fov_scale: tuple[float, float]               # field of view relative to the base one
+    oblique_deg: tuple[float, float]
+    permute: float                               # probability of a sagittal/coronal acquisition
+    centre_mm: float                             # brain offset from the FOV centre (each axis, +-)
+    contrast_jitter: float                       # relative jitter of every tissue/tumour level
+    intensity_scale: tuple[float, float]         # log-uniform, per contrast
+    noise: tuple[float, float]                   # Rician sigma / 99th brain percentile
+    bias: tuple[float, float]                    # peak |log| bias field
+    tumour_scale: tuple[tuple[float, float], ...]  # tumour size factor ranges (one is drawn)
+
+
+FAMILY_RANGES: dict[str, FamilyRanges] = {
+    "randomised": FamilyRanges(
+        inplane_mm={"small": (3.0, 3.8), "full": (0.9, 1.1)}, through_mm={"small": (3.5, 5.0), "full": (1.0, 1.5)},
+        fov_scale=(1.0, 1.25), oblique_deg=(0.0, 20.0), permute=0.3, centre_mm=10.0, contrast_jitter=0.1,
+        intensity_scale=(0.3, 3.0), noise=(0.0, 0.05), bias=(0.0, 0.3), tumour_scale=((0.8, 1.15),)),
+    "heldout": FamilyRanges(
+        inplane_mm={"small": (3.8, 4.2), "full": (1.1, 1.25)}, through_mm={"small": (5.0, 6.0), "full": (1.5, 2.0)},
+        fov_scale=(1.25, 1.4), oblique_deg=(20.0, 30.0), permute=1.0, centre_mm=18.0, contrast_jitter=0.15,
+        intensity_scale=(5.0, 40.0), noise=(0.05, 0.08), bias=(0.3, 0.45), tumour_scale=((0.65, 0.8), (1.15, 1.3))),
+}
 
 
 _MNI_FILES = {"t1": "mni_icbm152_t1_tal_nlin_sym_09a_converted.nii.gz",
@@ -125,14 +165,23 @@ def _mni_tissues(resolution: int) -> tuple[np.ndarray, np.ndarray]:
     return np.stack(frac).astype(np.float32), affine
 
 
-def _grid(rng: np.random.Generator, size: str, oblique: bool) -> tuple[np.ndarray, tuple[int, ...]]:
+def _grid(rng: np.random.Generator, size: str, oblique: bool,
+          fam: FamilyRanges | None = None) -> tuple[np.ndarray, tuple[int, ...]]:
     _, inplane, through, fov = _GRIDS[size]
+    if fam is not None:
+        inplane, through = fam.inplane_mm[size], fam.through_mm[size]
+        fov = tuple(f * rng.uniform(*fam.fov_scale) for f in fov)
     sp = (rng.uniform(*inplane),) * 2 + (rng.uniform(*through),)
     shape = tuple(int(round(f / s)) for f, s in zip(fov, sp))
     if shape[0] == shape[1]:  # keep the matrix non-square
         shape = (shape[0], shape[1] + 1, shape[2])
-    direction = random_direction(rng, oblique_deg=12.0, flips=True) if oblique else np.eye(3)
-    centre = _BRAIN_CENTRE + rng.uniform(-4, 4, size=3)
+    if fam is None:
+        direction = random_direction(rng, oblique_deg=12.0, flips=True) if oblique else np.eye(3)
+        centre = _BRAIN_CENTRE + rng.uniform(-4, 4, size=3)
+    else:
+        direction = random_direction(rng, oblique_deg=rng.uniform(*fam.oblique_deg), flips=True,
+                                     permute=bool(rng.random() < fam.permute))
+        centre = _BRAIN_CENTRE + rng.uniform(-fam.centre_mm, fam.centre_mm, size=3)
     return make_affine(direction, sp, shape, centre), shape
 
 
@@ -218,8 +267,8 @@ def _tumour_distance(rng: np.random.Generator, affine: np.ndarray, shape: tuple[
 
 
 def _tumour_labels(rng: np.random.Generator, affine: np.ndarray, shape: tuple[int, ...],
-                   brain: np.ndarray, grade: str, side: str, centre: np.ndarray) -> np.ndarray:
-    radii = (rng.uniform(26, 34) if grade == "HGG" else rng.uniform(18, 26)) * rng.uniform(0.8, 1.15, 3)
+                   brain: np.ndarray, grade: str, side: str, centre: np.ndarray, scale: float = 1.0) -> np.ndarray:
+    radii = (rng.uniform(26, 34) if grade == "HGG" else rng.uniform(18, 26)) * rng.uniform(0.8, 1.15, 3) * scale
     d, crop, xw = _tumour_distance(rng, affine, shape, centre, radii)
     inside = (brain[crop] > 0) & ((xw > 2.0) if side == "right" else (xw < -2.0))
     sub = np.zeros(d.shape, dtype=np.int16)
@@ -234,13 +283,27 @@ def _tumour_labels(rng: np.random.Generator, affine: np.ndarray, shape: tuple[in
     return seg
 
 
-def _contrast(name: str, fractions: np.ndarray, seg: np.ndarray, grade: str) -> np.ndarray:
-    w = np.asarray(TISSUE_INTENSITY[name], dtype=np.float32)
+def _contrast(name: str, fractions: np.ndarray, seg: np.ndarray, grade: str,
+              levels: dict[str, Any] | None = None) -> np.ndarray:
+    """One contrast from tissue fractions and tumour labels; ``levels`` (a family's jittered
+    ``{"tissue": ..., "tumour": ..., "scale": ...}``) replaces the base tables."""
+    tissue, tumour, scale = ((TISSUE_INTENSITY, TUMOUR_INTENSITY, SCALE) if levels is None else
+                             (levels["tissue"], levels["tumour"], SCALE * levels["scale"][name]))
+    w = np.asarray(tissue[name], dtype=np.float32)
     img = np.tensordot(w, fractions, axes=1)
     core = "necrotic" if grade == "HGG" else "core_lgg"
     for label, comp in ((2, "oedema"), (4, "enhancing"), (1, core)):
-        img[seg == label] = TUMOUR_INTENSITY[comp][name]
-    return (img * SCALE).astype(np.float32)
+        img[seg == label] = tumour[comp][name]
+    return (img * scale).astype(np.float32)
+
+
+def _family_levels(rng: np.random.Generator, fam: FamilyRanges) -> dict[str, Any]:
+    """Jittered tissue/tumour levels and a per-contrast intensity scale for a family case."""
+    j = fam.contrast_jitter
+    tissue = {c: tuple(float(v * rng.uniform(1 - j, 1 + j)) for v in vals) for c, vals in TISSUE_INTENSITY.items()}
+    tumour = {k: {c: float(v * rng.uniform(1 - j, 1 + j)) for c, v in d.items()} for k, d in TUMOUR_INTENSITY.items()}
+    lo, hi = np.log(fam.intensity_scale[0]), np.log(fam.intensity_scale[1])
+    return {"tissue": tissue, "tumour": tumour, "scale": {c: float(np.exp(rng.uniform(lo, hi))) for c in CONTRASTS}}
 
 
 def _misalign(rng: np.random.Generator, images: dict[str, Image], centre: np.ndarray) -> dict[str, Any]:
@@ -268,17 +331,17 @@ def _volumes(seg: Mask, brain: Mask) -> dict[str, Any]:
             "brain_ml": float(brain.volume_ml(1)), "voxel_ml": float(vox)}
 
 
-def _check_args(case_id: str, size: str, grade: str | None, side: str | None) -> None:
+def _check_args(case_id: str, size: str, grade: str | None, side: str | None, family: str = "base") -> None:
     for arg, value, ok in (("size", size, _GRIDS), ("grade", grade, ("HGG", "LGG", None)),
-                           ("side", side, ("left", "right", None))):
+                           ("side", side, ("left", "right", None)), ("family", family, FAMILIES)):
         if value not in ok:
             raise ToolError(ErrorCode.value_range, f"{arg}={value!r} is not one of {list(ok)}",
                             arg=arg, case=case_id)
 
 
 def make_brain(case_id: str, seed: int, size: Size = "small", grade: str | None = None,
-               side: str | None = None, noise: float = 0.0, bias: float = 0.0,
-               misalign: bool = False, oblique: bool = True) -> Phantom:
+               side: str | None = None, noise: float | None = None, bias: float | None = None,
+               misalign: bool = False, oblique: bool = True, family: str = "base") -> Phantom:
     """One BraTS-like case: T1, T1c, T2, FLAIR, tumour label map and exact truth.
 
     Args:
@@ -287,10 +350,12 @@ def make_brain(case_id: str, seed: int, size: Size = "small", grade: str | None 
         size: "small" (~3.5 x 3.5 x 4 mm voxels, < 1 s) or "full" (~1 mm, realistic).
         grade: "HGG" (enhancing rim, label 4) or "LGG" (no label 4); random when None.
         side: "left" or "right" hemisphere (RAS x < 0 is left); random when None.
-        noise: Rician noise sigma as a fraction of each contrast's 99th brain percentile.
-        bias: bias-field strength (peak |log field|); 0 disables it.
+        noise: Rician noise sigma as a fraction of each contrast's 99th brain percentile
+            (None: 0 for the base family, the family's range otherwise).
+        bias: bias-field strength (peak |log field|); 0 disables it (None: as ``noise``).
         misalign: move one of T1/T2/FLAIR by a known rigid transform (recorded in truth).
-        oblique: oblique, flipped grid axes (else the identity direction).
+        oblique: oblique, flipped grid axes (else the identity direction; base family only).
+        family: ``base`` | ``randomised`` | ``heldout`` (module docstring; never tune on ``heldout``).
 
     Returns:
         Phantom with sequences ``T1, T1c, T2, FLAIR`` (Image), labels ``seg`` (0/1/2/4) and
@@ -298,16 +363,28 @@ def make_brain(case_id: str, seed: int, size: Size = "small", grade: str | None 
         noise, on the same grid) and ``truth`` (grade, side, per-label/WT/TC/ET volumes in
         mL, tumour centroid in world RAS mm, brain volume, degradations applied).
     """
-    _check_args(case_id, size, grade, side)
+    _check_args(case_id, size, grade, side, family)
     rng = np.random.default_rng(seed)
     grade = grade or str(rng.choice(["HGG", "LGG"]))
     side = side or str(rng.choice(["left", "right"]))
-    affine, shape = _grid(rng, size, oblique)
+    fam = FAMILY_RANGES.get(family)
+    # a family's own draws come from their own stream, so the base draws stay as they were
+    frng = np.random.default_rng([seed, 0xB7A1, FAMILIES.index(family)]) if fam else None
+    affine, shape = _grid(frng if fam else rng, size, oblique, fam)
     frac = _sample_tissues(_GRIDS[size][0], affine, shape)
     brain = (frac[0] < 0.5).astype(np.int16)
     centre = _tumour_centre(rng, side, 28.0 if grade == "HGG" else 22.0)
-    seg = _tumour_labels(rng, affine, shape, brain, grade, side, centre)
-    clean = {c: Image(_contrast(c, frac, seg, grade), affine.copy(), {"sequence": c}) for c in CONTRASTS}
+    scale = 1.0
+    if fam:
+        lo, hi = fam.tumour_scale[int(frng.integers(len(fam.tumour_scale)))]
+        scale = float(frng.uniform(lo, hi))
+    seg = _tumour_labels(rng, affine, shape, brain, grade, side, centre, scale)
+    levels = _family_levels(frng, fam) if fam else None
+    if fam:
+        noise = float(frng.uniform(*fam.noise)) if noise is None else noise
+        bias = float(frng.uniform(*fam.bias)) if bias is None else bias
+    noise, bias = noise or 0.0, bias or 0.0
+    clean = {c: Image(_contrast(c, frac, seg, grade, levels), affine.copy(), {"sequence": c}) for c in CONTRASTS}
     seg_mask = Mask(seg, affine.copy(), {"case": case_id}, labels=dict(SEG_LABELS))
     brain_mask = Mask(brain, affine.copy(), {"case": case_id}, labels={1: "brain"})
     truth: dict[str, Any] = {"grade": grade, "side": side, "size": size, "seed": int(seed),
@@ -322,7 +399,9 @@ def make_brain(case_id: str, seed: int, size: Size = "small", grade: str | None 
         for c in CONTRASTS:
             sigmas[c] = float(noise * np.percentile(clean[c].data[brain > 0], 99))
             images[c].data = rician_noise(images[c].data, sigmas[c], rng)
-    truth.update(noise_frac=float(noise), noise_sigma=sigmas, bias_strength=float(bias))
+    truth.update(noise_frac=float(noise), noise_sigma=sigmas, bias_strength=float(bias), family=family)
+    if fam:
+        truth.update(tumour_scale=scale, intensity_scale=levels["scale"])
     age = int(rng.integers(45, 80) if grade == "HGG" else rng.integers(20, 55))
     return Phantom(case_id=case_id, domain="brain", sequences=images,
                    labels={"seg": seg_mask, "brain": brain_mask},

@@ -15,11 +15,36 @@ Groups: NOR, DCM (dilated, poor EF), HCM (thick septum, hyperdynamic), MINF (poo
 akinetic, thinned sector over some slices), RV (dilated, poorly contracting RV). Every
 number in ``Phantom.truth`` is computed from the sampled label maps (:func:`cardiac_truth`),
 never from the analytic shapes, so it is exact for the data.
+
+Families (``family=``; ranges in :data:`FAMILY_RANGES`, one table):
+
+- ``"base"``: the original phantoms, unchanged (same seed, same case).
+- ``"randomised"``: domain-randomised acquisition and anatomy for tuning and training: field
+  of view and matrix, in-plane rotation, flips and obliquity of the stack, heart position in
+  the field of view, slices beyond base and apex, base/apex slice order, trigger delay (ED
+  anywhere in the cine, at a fractional frame), frame count, volume-curve shape, wall
+  thickness, tissue contrast (bSSFP towards gradient echo), global intensity scale, noise,
+  coil shading (bias), point spread and through-plane partial volume, and in some cases a
+  liver and a thin pericardial fat layer.
+- ``"heldout"``: other ranges and anatomy variants (larger fields of view with the heart
+  further off centre, coarser pixels, thinner slices, more frames, a physiological volume
+  curve with isovolumic relaxation, diastasis and atrial kick, a thicker pericardial fat
+  layer and a liver in every case, gradient-echo contrast, stronger noise and shading,
+  through-plane partial volume). A left atrium above the mitral plane can be drawn (``atrium``, a probability),
+  but neither family draws one: the classical segmentation takes it for LV (a stress test
+  in ``benchmarks/cardiac_families.py --atrium``).
+  **Rule: nothing is ever tuned or trained on the held-out family** (thresholds,
+  networks, defaults); it only measures. Its ranges may change only to make it more unlike
+  the randomised family, never to make a tool pass.
+
+``borderline=True`` draws EF, LV/RV volumes near the ACDC group thresholds (the case still
+meets exactly its own group's criteria on the measured truth), so classifying it needs
+accurate measurements and group accuracy is not 1.0 by construction.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -27,7 +52,7 @@ from scipy import ndimage
 
 from ..contracts.artifacts import Cine, Mask
 from ..contracts.errors import ErrorCode, ToolError
-from .degrade import rician_noise
+from .degrade import bias_field, rician_noise
 from .geometry import make_affine, random_direction, world_coords
 from .phantom import Phantom, Size
 
@@ -59,6 +84,93 @@ _GROUP_PARAMS = {
     "MINF": _Group((80, 92), (30, 36), (8.0, 9.0), (0.0, 0.5), (0.95, 1.05), (45, 55), True),
     "RV": _Group((68, 82), (56, 62), (7.5, 9.0), (0.0, 0.5), (1.2, 1.3), (22, 32)),
 }
+
+
+# ---- phantom families: every range of the randomised and held-out families, in one table ----
+FAMILIES = ("base", "randomised", "heldout")
+
+
+@dataclass(frozen=True)
+class FamilyRanges:
+    """Parameter ranges of one phantom family (uniform draws unless said otherwise)."""
+
+    spacing_mm: dict[str, tuple[float, float]]  # in-plane voxel size, per size
+    slice_mm: dict[str, tuple[float, float]]    # slice spacing, per size
+    frames: dict[str, tuple[int, int]]          # frames per cycle (inclusive), per size
+    fov_mm: tuple[float, float]                 # field of view along array axis 0
+    aspect: tuple[float, float]                 # matrix Y / X
+    oblique_deg: tuple[float, float]            # planned stack vs true long axis
+    axis_jitter: float                          # std of the long-axis direction components
+    heart_offset_mm: tuple[float, float]        # in-plane heart distance from the FOV centre
+    extra_slices: tuple[int, int]               # slices beyond the base and the apex (each end)
+    apex_first: float                           # probability that slice 0 is apical
+    flip: float                                 # probability of flipping each in-plane axis
+    intensity_scale: tuple[float, float]        # global scale, log-uniform (scanner units)
+    contrast_mix: tuple[float, float]           # tissue levels: 0 = bSSFP, 1 = gradient echo (mixed)
+    contrast_jitter: float                      # relative jitter of each tissue level
+    blur_vox: tuple[float, float]               # in-plane point-spread sigma (voxels)
+    noise: tuple[float, float]                  # Rician sigma / blood level
+    bias: tuple[float, float]                   # peak |log| of the coil shading
+    es_phase: tuple[float, float]               # ES time / RR
+    curves: tuple[str, ...]                     # volume-curve models drawn from
+    atrium: float                               # probability of a left atrium above the base
+    #   (0 in both families: seg.cardiac's classical path takes it for LV; a stress option)
+    liver: float                                # probability of a liver under the heart
+    fat: float                                  # probability of pericardial fat
+    pericardial_fat_mm: tuple[float, float]     # thickness of that fat layer around the epicardium
+    slice_profile: float                        # probability of through-plane partial volume
+    wall_scale: tuple[float, float]             # scale of every ED wall thickness
+    height_cm: tuple[float, float]
+    weight_kg: tuple[float, float]
+
+
+FAMILY_RANGES: dict[str, FamilyRanges] = {
+    "randomised": FamilyRanges(
+        spacing_mm={"small": (2.4, 3.4), "full": (1.1, 1.8)},
+        slice_mm={"small": (9.0, 13.0), "full": (7.0, 10.0)},
+        frames={"small": (9, 20), "full": (16, 30)},
+        fov_mm=(170.0, 340.0), aspect=(0.75, 1.0), oblique_deg=(0.0, 15.0), axis_jitter=0.12,
+        heart_offset_mm=(0.0, 45.0), extra_slices=(0, 1), apex_first=0.5, flip=0.5,
+        intensity_scale=(0.5, 2000.0), contrast_mix=(0.0, 1.0), contrast_jitter=0.12, blur_vox=(0.4, 0.9),
+        noise=(0.01, 0.06), bias=(0.0, 0.4), es_phase=(0.3, 0.4), curves=("cosine", "skewed"),
+        atrium=0.0, liver=0.5, fat=0.5, pericardial_fat_mm=(0.5, 3.5), slice_profile=0.5,
+        wall_scale=(0.9, 1.1), height_cm=(155.0, 192.0), weight_kg=(52.0, 105.0)),
+    "heldout": FamilyRanges(
+        spacing_mm={"small": (3.3, 3.9), "full": (1.7, 2.1)},
+        slice_mm={"small": (7.5, 9.0), "full": (6.0, 7.0)},
+        frames={"small": (21, 28), "full": (30, 36)},
+        fov_mm=(300.0, 380.0), aspect=(0.65, 0.8), oblique_deg=(15.0, 25.0), axis_jitter=0.15,
+        heart_offset_mm=(30.0, 60.0), extra_slices=(1, 2), apex_first=0.5, flip=0.5,
+        intensity_scale=(3000.0, 30000.0), contrast_mix=(0.95, 1.05), contrast_jitter=0.08, blur_vox=(0.7, 1.0),
+        noise=(0.04, 0.07), bias=(0.3, 0.45), es_phase=(0.26, 0.44), curves=("physiological",),
+        atrium=0.0, liver=1.0, fat=1.0, pericardial_fat_mm=(2.0, 4.0), slice_profile=1.0,
+        wall_scale=(0.85, 1.15), height_cm=(148.0, 200.0), weight_kg=(45.0, 125.0)),
+}
+# Gradient-echo-like levels (held-out contrast): less blood-myocardium contrast than bSSFP.
+INTENSITY_GRE = {"outside": 0.0, "body": 0.42, "fat": 0.9, "lung": 0.06, "aorta": 0.8, "rv_wall": 0.36,
+                 "myo": 0.3, "lv": 0.78, "rv": 0.74, "la": 0.76, "liver": 0.5}
+# Borderline draws: per group, variants of (design ranges overriding the group's, the measured
+# value that must land near its ACDC threshold). Designs are offset from the target because
+# the measured value differs from the design (ES between frames, akinesia, voxel counts).
+_BORDERLINE: dict[str, list[tuple[dict[str, tuple[float, float]], tuple[str, float]]]] = {
+    "NOR": [({"rv_ef": (42.0, 46.0)}, ("rv_ef_pct", 40.0)), ({"rv_scale": (1.06, 1.1)}, ("rv_edvi_ml_m2", 110.0))],
+    "DCM": [({"lv_ef": (38.5, 43.5)}, ("lv_ef_pct", 40.0)), ({"lv_edvi": (101.0, 107.0)}, ("lv_edvi_ml_m2", 100.0))],
+    "HCM": [({"lv_ef": (52.5, 56.0)}, ("lv_ef_pct", 55.0))],
+    "MINF": [({"lv_ef": (45.0, 51.0)}, ("lv_ef_pct", 40.0))],
+    "RV": [({"rv_ef": (38.0, 42.5), "rv_scale": (0.95, 1.05)}, ("rv_ef_pct", 40.0)),
+           ({"rv_scale": (1.12, 1.18), "rv_ef": (50.0, 58.0)}, ("rv_edvi_ml_m2", 110.0))],
+}
+# a borderline case's measured value must lie within this distance of its threshold
+_BORDER_BAND = {"lv_ef_pct": 4.0, "lv_edvi_ml_m2": 8.0, "rv_ef_pct": 4.0, "rv_edvi_ml_m2": 10.0}
+
+
+def borderline_ok(truth: dict[str, Any], group: str, target: tuple[str, float] | None) -> bool:
+    """The measured truth meets exactly its own group's ACDC criteria and, for a borderline
+    draw, lies within ``_BORDER_BAND`` of the threshold its design aimed at."""
+    crit = acdc_criteria(truth)
+    if not crit[group] or sum(crit.values()) != 1:
+        return False
+    return target is None or abs(truth[target[0]] - target[1]) <= _BORDER_BAND[target[0]]
 
 
 def bsa_mosteller(height_cm: float, weight_kg: float) -> float:
@@ -94,8 +206,12 @@ def _cycle(n_frames: int, ed_offset: int, es_phase: float) -> np.ndarray:
     return np.where(phi <= es_phase, sys, dia)
 
 
-def _draw_anatomy(group: str, rng: np.random.Generator, bsa: float) -> dict[str, Any]:
+def _draw_anatomy(group: str, rng: np.random.Generator, bsa: float,
+                  design: dict[str, tuple[float, float]] | None = None, wall_scale: float = 1.0) -> dict[str, Any]:
+    """Design parameters of one heart; ``design`` overrides group ranges (borderline draws)."""
     g = _GROUP_PARAMS[group]
+    if design:
+        g = replace(g, **design)
     edv = rng.uniform(*g.lv_edvi) * bsa * 1000.0  # mm3
     aspect = rng.uniform(2.3, 2.6) if group == "DCM" else rng.uniform(2.9, 3.3)  # L / a (DCM: spherical)
     # cavity volume = 0.8 * pi * a^2 * L for the sqrt(1 - x^4) taper
@@ -106,7 +222,7 @@ def _draw_anatomy(group: str, rng: np.random.Generator, bsa: float) -> dict[str,
     rv_ef = rng.uniform(*g.rv_ef) / 100.0
     p: dict[str, Any] = {
         "a0": a0, "L0": aspect * a0, "s_rad": s_rad, "s_long": s_long,
-        "wall": rng.uniform(*g.wall), "septal_extra": rng.uniform(*g.septal_extra),
+        "wall": rng.uniform(*g.wall) * wall_scale, "septal_extra": rng.uniform(*g.septal_extra) * wall_scale,
         "rv_scale": rng.uniform(*g.rv_scale), "rv_s": (1 - rv_ef) ** (1 / 3),
         # RV size is set by the body, not the LV: the epicardial radius of a normal LV here
         "rv_ref": (75e3 * bsa / (0.8 * np.pi * 3.1)) ** (1 / 3) + 9.0,
@@ -316,7 +432,8 @@ def _akinetic_slices(akin: np.ndarray | None, lab_ed: np.ndarray) -> list[int]:
 
 
 def make_cardiac(case_id: str, seed: int, size: Size = "small", group: str | None = None,
-                 oblique: bool = True, noise: float = 0.02) -> Phantom:
+                 oblique: bool = True, noise: float | None = None, family: str = "base",
+                 borderline: bool = False) -> Phantom:
     """An ACDC-like short-axis cine with per-frame labels and exact measured truth.
 
     Args:
@@ -324,23 +441,57 @@ def make_cardiac(case_id: str, seed: int, size: Size = "small", group: str | Non
         seed: everything (anatomy, body size, geometry, noise) is drawn from it.
         size: ``small`` (64x56 in-plane, ~3 mm, 6-8 slices, 10-12 frames; well under 1 s) or
             ``full`` (1.25-1.6 mm, 8.5-10 mm slices (up to ~11 if a dilated heart needs it), 8-11 slices, 20-30 frames).
+            Non-base families draw their own ranges per size (``FAMILY_RANGES``).
         group: NOR | DCM | HCM | MINF | RV; drawn from the seed when None.
-        oblique: oblique, flipped short-axis geometry (else an axis-aligned stack).
-        noise: Rician noise std as a fraction of the blood intensity.
+        oblique: oblique, flipped short-axis geometry (else an axis-aligned stack; base family only).
+        noise: Rician noise std as a fraction of the blood intensity (None: 0.02 for the base
+            family, the family's range otherwise).
+        family: ``base`` | ``randomised`` | ``heldout`` (module docstring; never tune on ``heldout``).
+        borderline: EF/volumes drawn near the ACDC thresholds (still meeting exactly this group).
 
     Returns:
         Phantom with ``sequences={"CINE": Cine}``, ``labels={"seg": Mask (X,Y,Z,T)}`` (1 RV,
         2 MYO, 3 LV), metadata height (cm) / weight (kg), and truth from :func:`cardiac_truth`
-        plus group, ACDC criteria flags, akinesia and the heart frame.
+        plus group, ACDC criteria flags, akinesia and the heart frame (non-base families also
+        ``family``, ``acquisition`` (trigger delay, curve model, slice order, ...) and
+        ``ed_es_margin_ml``, the volume gap to the next-best ED/ES frame).
     """
+    if family not in FAMILIES:
+        raise ToolError(ErrorCode.value_range, f"unknown phantom family {family!r}", hint=f"valid: {list(FAMILIES)}",
+                        arg="family", case=case_id)
     rng = np.random.default_rng([seed, 0xCA2D])
     if group is None:
         group = GROUPS[int(rng.integers(len(GROUPS)))]
     if group not in GROUPS:
         raise ToolError(ErrorCode.value_range, f"unknown ACDC group {group!r}", hint=f"valid: {list(GROUPS)}",
                         arg="group", case=case_id)
+    if size not in ("small", "full"):
+        raise ToolError(ErrorCode.value_range, f"unknown size {size!r}", hint="valid: ['full', 'small']",
+                        arg="size", case=case_id)
+    if family != "base":
+        from .cardiac_family import make_family_cardiac
+
+        return make_family_cardiac(case_id, seed, size, group, family, noise, borderline)
+    variants = _BORDERLINE[group]
+    for _ in range(25 if borderline else 1):
+        design, target = variants[int(rng.integers(len(variants)))] if borderline else (None, None)
+        ph = _base_case(case_id, rng, size, group, oblique, 0.02 if noise is None else noise, design)
+        if not borderline or borderline_ok(ph.truth, group, target):
+            break
+    else:
+        raise ToolError(ErrorCode.internal, f"no borderline {group} heart in 25 draws", case=case_id,
+                        hint="try another seed")
+    if borderline:
+        ph.truth.update(borderline=True, borderline_design={k: list(v) for k, v in design.items()},
+                        borderline_target={"value": target[0], "threshold": target[1]})
+    return ph
+
+
+def _base_case(case_id: str, rng: np.random.Generator, size: Size, group: str, oblique: bool, noise: float,
+               design: dict[str, tuple[float, float]] | None) -> Phantom:
+    """The base family's cine (the original generator; draws in the original order)."""
     height, weight = float(round(rng.uniform(155, 192))), float(round(rng.uniform(52, 105)))
-    p = _draw_anatomy(group, rng, bsa_mosteller(height, weight))
+    p = _draw_anatomy(group, rng, bsa_mosteller(height, weight), design)
     frame, base = _heart_frame(rng, oblique)
     affine, shape, n_frames = _grid(size, rng, oblique, frame, base, p)
     world = world_coords(affine, shape)

@@ -36,7 +36,7 @@ Conventions (the recon tools implement their inverse against exactly this):
 from __future__ import annotations
 
 import copy
-
+import inspect
 import logging
 from typing import Any, Literal
 
@@ -200,19 +200,52 @@ def make_kspace(image: Image | Cine, n_coils: int = 8, R: int = 4, n_acs: int = 
     return KSpace(k, mask, np.asarray(image.affine, dtype=np.float64).copy(), meta), maps
 
 
+# domain -> (generator, source sequence, fastMRI acquisition code, ISMRMRD protocol name)
+KSPACE_SOURCES: dict[str, tuple[str, str, str, str]] = {
+    "cardiac": ("bcer.datasets.cardiac:make_cardiac", "CINE", "CINE_BSSFP", "cardiac cine bSSFP short axis"),
+    "prostate": ("bcer.datasets.prostate:make_prostate", "T2w", "AXT2", "prostate AX T2 FSE"),
+    "brain": ("bcer.datasets.brain:make_brain", "T2", "AXT2", "brain AX T2 FSE"),
+}
+
+
 def _source_phantom(case_id: str, seed: int, size: Size, domain: str, **kw: Any) -> tuple[Phantom, Any]:
-    if domain == "cardiac":
-        from .cardiac import make_cardiac
+    import importlib
 
-        ph = make_cardiac(case_id, seed, size, **kw)
-        return ph, ph.sequences["CINE"]
-    if domain == "prostate":
-        from .prostate import make_prostate  # written by the prostate engineer; imported lazily
+    if domain not in KSPACE_SOURCES:
+        raise ToolError(ErrorCode.value_range, f"no k-space source for domain {domain!r}",
+                        hint=f"valid: {sorted(KSPACE_SOURCES)}", arg="domain")
+    target, seq = KSPACE_SOURCES[domain][:2]
+    module, func = target.split(":")
+    gen = getattr(importlib.import_module(module), func)  # lazily: a domain's module may be absent
+    params = inspect.signature(gen).parameters
+    if "noise" in kw and "noise" not in params:
+        kw.pop("noise")
+    if kw.get("family", "base") != "base" and "family" not in params:
+        raise ToolError(ErrorCode.value_range, f"{func} has no phantom family {kw['family']!r}",
+                        hint="only 'base' for this domain", arg="family", case=case_id)
+    ph = gen(case_id, seed, size, **kw)
+    return ph, ph.sequences[seq]
 
-        ph = make_prostate(case_id, seed, size, **kw)
-        return ph, ph.sequences["T2w"]
-    raise ToolError(ErrorCode.value_range, f"no k-space source for domain {domain!r}",
-                    hint="valid: ['cardiac', 'prostate']", arg="domain")
+
+def oversample_in_plane(vol: Any, encoded: tuple[int, int]) -> Any:
+    """Zero-pad an Image/Cine to the ``encoded`` in-plane matrix so that fastMRI's centre
+    crop (``KSpace.recon_crop``: offsets ``(E - R) // 2``) gives back exactly ``vol``; the
+    affine moves so every voxel keeps its world position. This is readout (X) and phase (Y)
+    oversampling: a larger field of view at the same voxel size."""
+    data = np.asarray(vol.data)
+    nx, ny = data.shape[:2]
+    ex, ey = encoded
+    if ex < nx or ey < ny:
+        raise ToolError(ErrorCode.value_range, f"encoded matrix {ex}x{ey} is smaller than the image {nx}x{ny}",
+                        arg="readout_oversampling")
+    x0, y0 = (ex - nx) // 2, (ey - ny) // 2
+    pads = [(x0, ex - nx - x0), (y0, ey - ny - y0)] + [(0, 0)] * (data.ndim - 2)
+    affine = np.array(vol.affine, dtype=np.float64)
+    affine[:3, 3] -= affine[:3, :3] @ np.array([x0, y0, 0.0])
+    out = copy.copy(vol)
+    out.data, out.affine = np.pad(data, pads), affine
+    out.meta = dict(vol.meta)
+    return out
 
 
 def pad_in_plane(vol: Any, margin: float) -> Any:
@@ -234,23 +267,39 @@ def pad_in_plane(vol: Any, margin: float) -> Any:
 def make_kspace_case(case_id: str, seed: int, size: Size = "small", domain: str = "cardiac",
                      R: int = 4, n_coils: int = 8, n_acs: int = 24, noise: float = 0.002,
                      pattern: Pattern = "regular", frames: Literal["all", "ed"] = "all",
-                     fov_margin: float = 0.25, source_noise: float = 0.0, **kw: Any) -> Phantom:
+                     fov_margin: float = 0.25, source_noise: float = 0.0, readout_oversampling: float = 1.0,
+                     phase_oversampling: float = 1.0, family: str = "base", **kw: Any) -> Phantom:
     """A case whose only input sequence is ``KSPACE``; the fully sampled image is the truth.
 
-    The source image (cardiac cine or prostate T2w) is normalised to max 1 so recon metrics
-    are comparable across cases. For cardiac, ``frames="ed"`` gives 3-D k-space of the ED
-    frame instead of the whole cine.
+    The source image (cardiac cine, prostate T2w or brain T2) is normalised to max 1 so recon
+    metrics are comparable across cases. For cardiac, ``frames="ed"`` gives 3-D k-space of
+    the ED frame instead of the whole cine.
 
     The field of view is padded by ``fov_margin`` on each in-plane side, as a scanner's FOV
     holds the object with air around it: coil images of an object cut by the FOV edge are not
     periodic, which no GRAPPA kernel or smooth coil map can model. The source image carries
     ``source_noise`` (default none): acquisition noise is added in k-space (``noise``).
 
+    ``readout_oversampling`` (e.g. 2.0, as fastMRI's raw data) and ``phase_oversampling``
+    (e.g. 1.14) make the encoded matrix larger than the recon matrix: k-space is simulated on
+    the encoded grid (the padded image), and ``meta["recon_matrix"]`` says what to crop back
+    (the padded source is exactly the centre crop, ``KSpace.recon_crop``), as in a fastMRI
+    file whose ``reconstruction_rss`` is smaller than its k-space.
+
+    ``family`` (``base``/``randomised``/``heldout``) is passed to the source generator; the
+    k-space acquisition itself is the same for every family.
+
     Returns:
-        Phantom with ``sequences={"KSPACE": KSpace}``, ``references={"KSPACE": clean image}``
-        (what an ideal reconstruction returns), the source's label maps on that image's grid, and
-        ``truth["kspace"]`` describing the acquisition.
+        Phantom with ``sequences={"KSPACE": KSpace}``, ``references={"KSPACE": clean image on the
+        recon grid}`` (what an ideal reconstruction returns), the source's label maps on that
+        grid, metadata ``recon_matrix``/``encoded_matrix`` and ``truth["kspace"]`` describing
+        the acquisition.
     """
+    if readout_oversampling < 1 or phase_oversampling < 1:
+        raise ToolError(ErrorCode.value_range, "oversampling factors must be >= 1, got "
+                        f"{readout_oversampling}, {phase_oversampling}", arg="readout_oversampling", case=case_id)
+    if family != "base":
+        kw["family"] = family
     src, img = _source_phantom(case_id, seed, size, domain, **{"noise": source_noise, **kw})
     if domain == "cardiac" and frames == "ed":
         img = img.frame(int(src.truth["ed_frame"]))
@@ -259,13 +308,21 @@ def make_kspace_case(case_id: str, seed: int, size: Size = "small", domain: str 
     data = np.asarray(img.data, dtype=np.float32)
     data = data / max(float(data.max()), 1e-12)
     clean = type(img)(data, img.affine.copy(), dict(img.meta, normalised=True))
+    nx, ny = data.shape[:2]
+    encoded = (2 * int(np.ceil(nx * readout_oversampling / 2)) if readout_oversampling > 1 else nx,
+               2 * int(np.ceil(ny * phase_oversampling / 2)) if phase_oversampling > 1 else ny)
+    acquired = oversample_in_plane(clean, encoded) if encoded != (nx, ny) else clean
     rng = np.random.default_rng([seed, 0x4B53])  # own stream: the anatomy draw stays unchanged
-    ks, _ = make_kspace(clean, n_coils, R, n_acs, noise, rng, pattern)
-    ks.meta.update(case_id=case_id, domain=domain, source=("CINE" if domain == "cardiac" else "T2w"))
+    ks, _ = make_kspace(acquired, n_coils, R, n_acs, noise, rng, pattern)
+    ks.meta.update(case_id=case_id, domain=domain, source=KSPACE_SOURCES[domain][1])
+    if encoded != (nx, ny):
+        ks.meta.update(recon_matrix=[nx, ny], readout_oversampling=float(readout_oversampling),
+                       phase_oversampling=float(phase_oversampling))
     truth = dict(src.truth)
-    truth["kspace"] = {k: v for k, v in ks.meta.items() if k != "fft"} | {"reference": "KSPACE",
-                                                                          "fft": FFT_CONVENTION}
+    truth["kspace"] = {k: v for k, v in ks.meta.items() if k != "fft"} | {
+        "reference": "KSPACE", "fft": FFT_CONVENTION, "encoded_matrix": list(encoded), "recon_matrix": [nx, ny]}
     # only label maps on the imaged grid describe the k-space case (prostate has ADC-grid ones too)
     labels = {k: pad_in_plane(m, fov_margin) for k, m in src.labels.items()
               if same_grid(m.affine, m.shape, *src_grid)}
-    return Phantom(case_id, domain, {"KSPACE": ks}, labels, dict(src.metadata), truth, {"KSPACE": clean})
+    metadata = dict(src.metadata, recon_matrix=[nx, ny], encoded_matrix=list(encoded))
+    return Phantom(case_id, domain, {"KSPACE": ks}, labels, metadata, truth, {"KSPACE": clean})

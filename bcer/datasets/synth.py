@@ -16,7 +16,7 @@ import numpy as np
 
 from ..contracts.case import Case, SequenceRef
 from ..contracts.errors import ErrorCode, ToolError, did_you_mean
-from .layouts import detect_layout, get_layout
+from .layouts import detect_layout, get_layout, read_layout
 from .layouts._common import sequence_header
 from .phantom import Phantom, Size
 
@@ -171,13 +171,15 @@ def _describe_ref(ref: SequenceRef) -> dict[str, Any]:
             "dtype": h["dtype"]}
 
 
-def inspect_dataset(root: str | Path, layout: str | None = None) -> list[dict[str, Any]]:
+def inspect_dataset(root: str | Path, layout: str | None = None,
+                    seq: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """One dict per case: sequences with shape/spacing/orientation (from headers only),
-    metadata, and which ground truth is available (value keys, label maps, references)."""
+    metadata, and which ground truth is available (value keys, label maps, references).
+    ``seq`` maps sequences to file patterns (flat) or channels (nnunet)."""
     root = Path(root)
-    name = layout or detect_layout(root)
+    name = layout or detect_layout(root, seq)
     rows = []
-    for case in get_layout(name).read(root):
+    for case in read_layout(name, root, seq):
         gt = case.ground_truth or {}
         rows.append({
             "case": case.id, "layout": name, "domain": case.domain, "root": case.root,

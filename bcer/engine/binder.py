@@ -6,64 +6,16 @@ every decision the executor makes before ``.remote()`` is testable on its own.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..contracts.case import Case, SequenceRef
 from ..contracts.errors import ErrorCode, ToolError
 from ..contracts.workflow import Node, Workflow
+from .placement import Placement, place  # re-exported: placement is decided in engine.placement
 from .tokens import RUNTIME_KEYS, is_token, normalise_seq, parse_token
 
 log = logging.getLogger(__name__)
-_MB = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Placement:
-    """How a node runs: Ray resource options and the device handed to the tool.
-
-    ``fallback`` is the reason a GPU-capable tool runs on CPU (None when it does not).
-    """
-
-    num_cpus: float
-    num_gpus: float
-    memory: int | None
-    device: str
-    fallback: str | None = None
-
-
-def place(node: Node, cluster: dict[str, float], device_policy: str = "auto",
-          device_override: str | None = None) -> Placement:
-    """Choose resources and device for ``node`` on a cluster with ``cluster`` resources.
-
-    A request larger than the whole cluster would stay pending forever, so CPU and memory
-    are capped at the cluster's totals; GPU tags decide between the GPU path, the CPU path
-    (``fallback``) and a fast ``resource`` error.
-
-    Raises:
-        ToolError: ``resource`` for a ``gpu="required"`` tool when no GPU can be used.
-    """
-    res, gpus = node.resources, float(cluster.get("GPU", 0.0))
-    cpus = min(float(res.num_cpus), float(cluster.get("CPU", res.num_cpus)) or res.num_cpus)
-    memory = res.memory_mb * _MB if res.memory_mb else None
-    if memory and cluster.get("memory"):
-        memory = int(min(memory, cluster["memory"]))
-    want_gpu = float(res.num_gpus) or 1.0
-    use_gpu = gpus >= min(want_gpu, 1.0) and device_policy == "auto" and device_override != "cpu"
-    if node.gpu == "required":
-        if not use_gpu:
-            why = "no GPU in the cluster" if gpus == 0 else f"device policy {device_policy!r}"
-            raise ToolError(ErrorCode.resource, f"{node.tool} needs a GPU and has no CPU path ({why})",
-                            hint="run on a cluster with a GPU or plan a CPU tool", node=node.id, tool=node.tool)
-        return Placement(cpus, want_gpu, memory, "cuda")
-    if node.gpu == "optional":
-        if use_gpu:
-            return Placement(cpus, want_gpu, memory, "cuda")
-        why = ("no GPU in the cluster" if gpus == 0 else
-               "patched to CPU" if device_override == "cpu" else f"device policy {device_policy!r}")
-        return Placement(cpus, 0.0, memory, "cpu", fallback=why)
-    return Placement(cpus, 0.0, memory, "cpu")
 
 
 def runtime_values(output_dir: Path, device: str, seed: int, run_id: str) -> dict[str, Any]:

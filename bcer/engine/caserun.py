@@ -1,52 +1,90 @@
-"""The state machine of one running case: submit ready nodes, wait, record, repair, write.
+"""The state machine of one running case: submit the whole DAG, record results, repair, finish.
 
-Used by ``executor.run_case_workflow``; one CaseRun per case, driven from one thread.
+All nodes of a case are handed to Ray at once, chained by ObjectRefs (each node also gets its
+upstreams' metas), so Ray pipelines them without a driver round trip per step. Results
+arrive through the driver's event loop (``engine.loop``), one case or ten thousand:
+
+- a node that succeeded is recorded (its worker already wrote and digested its deliverables);
+- a node whose upstream failed did not run (``not_run``): its submission is void;
+- a node that failed is described to the repairer (async for an actor); a Patch is applied
+  in place and ONLY that node and its not-yet-run descendants are resubmitted, chained to
+  the ObjectRefs of the finished upstream results, which are kept; a Halt gives up.
+
+Node states: ``pending`` (not submitted) -> ``running`` (submitted, result awaited) ->
+``succeeded`` | ``failed`` | ``blocked`` | ``skipped``; ``repairing`` while a verdict is awaited.
+A submission carries a generation number: results of an older submission are ignored.
+
+Trace semantics: ``started`` carries the worker's own start time and is written when the
+node's result arrives (the driver does not see a task start); ``succeeded`` carries the
+worker's end time (``time``) and run time (``duration_s``), so the interval in which a node
+really ran is ``[time - duration_s, time]``.
 """
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
+import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from ..contracts.artifacts import kind_of
+from ..contracts.artifacts import ArtifactKind
 from ..contracts.case import Case
 from ..contracts.errors import ErrorCode, ToolError
 from ..contracts.task import TaskContract
 from ..contracts.workflow import Deliverable, Node, Workflow
 from ..tools.registry import get_tool, validate_params
-from . import outputs as out
-from .binder import node_dependencies, place, resolve_params, resolved_ref, runtime_values
-from .digest import params_digest
+from . import repair as rp
+from .binder import node_dependencies, resolve_params, resolved_ref, runtime_values, sequence_key
+from .context import CaseOutcome, RunContext, error_from_ray
+from .fusion import on_fused_result, submit_fused
+from .placement import loader_options, place, task_name, task_options
 from .tokens import parse_token
 from .trace import TraceWriter, call_hooks
 
 log = logging.getLogger(__name__)
-_POLL_S = 1.0
 _NO_REPAIR = {ErrorCode.worker_lost.value, ErrorCode.timeout.value}
+_HALT_CASE = {ErrorCode.sandbox.value, ErrorCode.input_missing.value}  # an input problem halts the whole case
+_TIMEOUT_RETRIES = 1  # a timed-out node is re-submitted unchanged this many times
+_BACKSTOP_GRACE_S = 10.0  # beyond a node's limit before the driver kills a task stuck in C code
 
 
 class CaseRun:
-    """One case in flight. ``execute()`` returns its CaseOutcome."""
+    """One case in flight, driven by an event loop (``watch``/``unwatch`` register refs).
 
-    def __init__(self, workflow: Workflow, case: Case, ctx: Any, contract: TaskContract | None,
-                 reflector: Any, hooks: list, trace: TraceWriter):
-        import ray
+    ``repairer``: a repairer, a pool of them (``for_case``), None (the registered default pool
+    of the run) or False (no repair). ``on_done(run)`` is called once, when the case has
+    finished (``run.outcome`` set).
+    """
 
+    def __init__(self, workflow: Workflow, case: Case, ctx: RunContext, contract: TaskContract | None,
+                 repairer: Any, hooks: list, trace: TraceWriter, loop: Any, cluster: dict[str, float],
+                 on_done: Callable[["CaseRun"], None] | None = None):
         from .sandbox import Sandbox
 
-        self.wf, self.case, self.ctx, self.contract = workflow.model_copy(deep=True), case, ctx, contract
-        self.hooks, self.trace, self.reflector = hooks, trace, reflector
+        # the compiled workflow may be shared by many cases: copied only when a patch changes it
+        self.wf = workflow if workflow.case_id == case.id else workflow.model_copy(update={"case_id": case.id})
+        self._own_wf = False
+        self.case, self.ctx, self.contract = case, ctx, contract
+        self.hooks, self.trace, self.loop, self.cluster = hooks, trace, loop, cluster
+        self.repairer, self.on_done = repairer, on_done  # a repairer, a pool, None (default) or False
+        self._resolved_repairer: Any = None
         assets = Path(__file__).resolve().parents[1] / "assets"  # shipped bundles are read-only inputs
-        self.sandbox = Sandbox(case.root, ctx.output_dir, read_roots=(assets, *getattr(ctx, "read_roots", ())))
-        self.cluster = dict(ray.cluster_resources())  # read once per case (GPU fallback decisions)
+        self.read_roots = (str(assets), *map(str, getattr(ctx, "read_roots", ())))
+        self.sandbox = Sandbox(case.root, ctx.output_dir, read_roots=self.read_roots)
         self.status: dict[str, str] = {n.id: "pending" for n in self.wf.nodes}
+        self.gen: dict[str, int] = {}
+        self.runs: dict[str, int] = {}                   # real outcomes per node (the attempt count)
         self.refs: dict[str, dict[str, Any]] = {}         # node -> field -> ObjectRef
-        self.seq_refs: dict[str, Any] = {}                # sequence key -> ObjectRef
+        self.meta_refs: dict[str, Any] = {}
+        self.seq_refs: dict[str, Any] = {}                # sequence key -> artifact ObjectRef
+        self.seq_meta_refs: dict[str, Any] = {}
         self.seq_meta: dict[str, dict[str, Any]] = {}
-        self.inflight: dict[Any, tuple[str, str, int, float]] = {}  # meta ref -> (kind, key, attempt, t)
-        self.attempts: dict[str, int] = {}
+        self.open: dict[tuple, Any] = {}                  # outstanding tag -> ref
+        self.ready_at: dict[str, float] = {}
+        self.cancelled: set[str] = set()
+        self.repair_asked: dict[str, tuple[float, int, dict[str, Any]]] = {}
         self.device_override: dict[str, str] = {}
         self.records: dict[str, dict[str, Any]] = {}
         self.written: dict[str, dict[str, Any]] = {}
@@ -55,219 +93,426 @@ class CaseRun:
         self.error: dict[str, Any] | None = None
         self.halted = False
         self.repairs = 0
+        self.cache_hits = 0
         self.deps: dict[str, tuple[set[str], set[str]]] = {}
+        self.children: dict[str, set[str]] = {}
+        self.targets: dict[str, list[dict[str, str]]] = {}
+        self.outcome: CaseOutcome | None = None
+        self.fused: dict[str, Any] | None = None
+        self.timeouts: dict[str, int] = {}               # timed-out attempts re-submitted per node
+        self.clock: Any = None                            # the node clock actor (with ``node_timeout_s``)
+        self.reviewed: dict[str, Any] = {}                # node -> reviewed report (R4, engine.review)
+        self._positions: dict[str, int] = {}
+        self.finished = False
+        self.t0 = time.time()
 
-    # ---- the loop -------------------------------------------------------------------------
-    def execute(self):
-        from .executor import CaseOutcome
-
-        self.trace.emit("case_started", message=f"{len(self.wf.nodes)} nodes")
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def start(self, announce: bool = True, fuse: bool = False) -> None:
+        """Submit the whole DAG (and one load per sequence), or all of it as one fused task
+        when ``fuse`` and the DAG is small and CPU-only (see ``engine.fusion``)."""
+        if announce:
+            self.trace.emit("case_started", message=f"{len(self.wf.nodes)} nodes")
         call_hooks(self.hooks, "on_case_start", case=self.case.id, workflow=self.wf, run_id=self.ctx.run_id)
-        out.write_workflow(self.ctx.output_dir, self.wf)
         self._plan_dependencies()
-        self._submit_ready()
-        while self.inflight:
-            self._wait_once()
+        self._plan_targets()
+        if not (fuse and submit_fused(self)):
+            self._ensure_loads()
             self._submit_ready()
-        for n in self.wf.nodes:
-            if self.status[n.id] == "pending":
-                self._block(n.id, "its inputs never became available")
-        return self._finish(CaseOutcome)
+        self._maybe_done()
 
-    def _wait_once(self) -> None:
+    def order(self, tag: tuple) -> int:
+        """Dispatch order within one batch of results: loads, then nodes upstream first."""
+        if tag[0] == "seq":
+            return -1
+        if tag[0] == "node":
+            return self._index(tag[1])
+        return 1 << 20
+
+    def dispatch(self, tag: tuple, value: Any, exc: BaseException | None) -> None:
+        """A watched ref is ready: route it, resubmit what became ready, finish when done."""
+        if self.finished or self.open.get(tag) is None:
+            return
+        self.open.pop(tag)
+        if tag[0] == "seq":
+            self._on_seq_result(tag[1], value, exc)
+        elif tag[0] == "node":
+            self._on_node_result(tag[1], tag[2], value, exc)
+        elif tag[0] == "repair":
+            self._on_verdict(tag[1], tag[2], value, exc)
+        elif tag[0] == "fused":
+            on_fused_result(self, value, exc)
+        elif tag[0] == "review":
+            self._on_reviewed(tag[1], tag[2], value, exc)
+        self._submit_ready()
+        self._maybe_done()
+
+    def crash(self, exc: BaseException) -> None:
+        """Any exception in this case's handling: the case fails with ``internal``, the rest go on."""
+        if self.finished:
+            return
+        tb = "".join(traceback.format_exception(exc))[-4000:]
+        log.error("case %s crashed in the engine: %s", self.case.id, tb)
+        self._forget_all()
+        err = {"code": ErrorCode.internal.value, "message": f"engine crashed: {type(exc).__name__}: {exc}",
+               "node": None, "tool": None, "hint": "", "context": {}}
+        self.error = self.error or err
+        self.outcome = CaseOutcome(self.case.id, "failed", err, node_status=dict(self.status),
+                                   deliverables=self.deliverable_paths(), repairs=self.repairs,
+                                   measurements=dict(self.measurements), workflow=self.wf,
+                                   sr=0 if self.contract is not None else None,
+                                   tcr=0.0 if self.contract is not None else None)
+        self.trace.emit("case_finished", error_code=err["code"], message=err["message"], data={"traceback": tb})
+        self._done()
+
+    def check_deadlines(self, now: float) -> None:
+        """Backstop for node time limits (a tool stuck in C code ignores the worker's alarm) and
+        the repairer's answer time."""
         import ray
 
-        done, _ = ray.wait(list(self.inflight), num_returns=1, timeout=_POLL_S)
-        if not done:
-            self._check_timeouts()
-            return
-        for ref in done:
-            kind, key, attempt, _t = self.inflight.pop(ref)
-            if kind == "seq":
-                self._on_seq_done(key, ref)
-            else:
-                self._on_node_done(self.wf.node(key), ref, attempt)
+        if self.fused is not None and ("fused",) in self.open and not self.fused["cancelled"]:
+            limit = self.fused["limit"]
+            if limit and now - self.fused["t"] > limit + max(_BACKSTOP_GRACE_S, limit) and self._ran_past(
+                    {"fused": self.fused.get("clock_key")}, limit).get("fused", True):
+                self.fused["cancelled"] = True
+                log.warning("case %s: fused task past its %s s limit, cancelling it", self.case.id, limit)
+                ray.cancel(self.open[("fused",)], force=True)  # -> the case reruns unfused
+        late: dict[str, float] = {}
+        for node_id, t_ready in list(self.ready_at.items()):
+            if self.status.get(node_id) != "running" or node_id in self.cancelled:
+                continue
+            limit = self._timeout_of(self.wf.node(node_id))
+            if limit and now - t_ready > limit + max(_BACKSTOP_GRACE_S, limit):
+                late[node_id] = limit
+        if late:
+            ran = self._ran_past({n: self._clock_key(n) for n in late}, late)
+            for node_id, limit in late.items():
+                if not ran.get(node_id, True):
+                    continue  # still queued for a worker (or within its limit): not hung
+                self.cancelled.add(node_id)
+                log.warning("case %s node %s: past its %s s limit, cancelling the task", self.case.id, node_id, limit)
+                ray.cancel(self.meta_refs[node_id], force=True)  # its result then raises -> timeout
+        for node_id, (t_ask, attempt, _err) in list(self.repair_asked.items()):
+            if now - t_ask > self.ctx.reflector_timeout_s:
+                self._forget(("repair", node_id, attempt))
+                halt = rp.halt_for(node_id, f"reflector gave no answer within {self.ctx.reflector_timeout_s} s")
+                self._on_verdict(node_id, attempt, halt, None)
+                self._submit_ready()
+                self._maybe_done()
 
-    def _check_timeouts(self) -> None:
+    # ---- node clock (run time, not queue time) -------------------------------------------------
+    def _clock_key(self, node_id: str, gen: int | None = None) -> str | None:
+        if self.clock is None:
+            return None
+        return f"{self.case.id}:{node_id}:{self.gen.get(node_id, 0) if gen is None else gen}"
+
+    def clock_fields(self, node_id: str, gen: int) -> dict[str, Any]:
+        """What a node task needs to report its start to the clock: with ``node_timeout_s`` a
+        node's limit counts from when it starts running, not from when it was submitted (with
+        many cases in flight a node may wait in Ray's queue longer than any sensible limit)."""
+        if not self.ctx.node_timeout_s:
+            return {}
+        if self.clock is None:
+            from .clock import node_clock
+
+            self.clock = node_clock()
+        return {"clock": self.clock, "clock_key": self._clock_key(node_id, gen)}
+
+    def _ran_past(self, keys: dict[str, str | None], limits: dict[str, float] | float) -> dict[str, bool]:
+        """For the backstop: which of ``keys`` (name -> clock key) have RUN past their limit plus the
+        grace. Without a clock (or for a key it lacks) the time since inputs were ready decides
+        (True). A node the clock has not seen start is still queued (False)."""
+        asked = {name: key for name, key in keys.items() if key is not None}
+        if self.clock is None or not asked:
+            return {}
         import ray
 
-        limit = self.ctx.node_timeout_s
-        if not limit:
-            return
-        for ref, (kind, key, attempt, t) in list(self.inflight.items()):
-            if kind == "node" and time.time() - t > limit:
-                ray.cancel(ref, force=True)  # result then raises TaskCancelledError -> timeout
+        try:
+            running = ray.get(self.clock.running_for.remote(list(asked.values())), timeout=10)
+        except Exception as e:  # no clock answer: fall back on the time since ready, get a new clock
+            log.warning("node clock unavailable (%s); timing nodes from when they were ready", type(e).__name__)
+            from .clock import node_clock
 
-    # ---- dependencies and submission -------------------------------------------------------
+            self.clock = node_clock(fresh=True)
+            return {}
+        out = {}
+        for name, key in asked.items():
+            limit = limits if isinstance(limits, (int, float)) else limits[name]
+            out[name] = (running.get(key) or 0.0) > limit + _BACKSTOP_GRACE_S
+        return out
+
+    # ---- dependencies --------------------------------------------------------------------------
     def _plan_dependencies(self) -> None:
         for n in self.wf.nodes:
             try:
                 self.deps[n.id] = node_dependencies(self.wf, n, self.case)
             except ToolError as e:
-                self._on_failure(n, e.with_context(node=n.id, tool=n.tool).to_dict(), 1)
-        self._ensure_loads()
+                self.runs[n.id] = self.runs.get(n.id, 0) + 1
+                self._on_failure(n, e.with_context(node=n.id, tool=n.tool).to_dict(), self.runs[n.id])
+        self._index_children()
+
+    def _index_children(self) -> None:
+        self.children = {n.id: set() for n in self.wf.nodes}
+        for node_id, (ups, _) in self.deps.items():
+            for u in ups:
+                self.children.setdefault(u, set()).add(node_id)
+
+    def descendants(self, node_id: str) -> set[str]:
+        below, todo = set(), [node_id]
+        while todo:
+            for c in self.children.get(todo.pop(), ()):
+                if c not in below:
+                    below.add(c)
+                    todo.append(c)
+        return below | (self.wf.downstream(node_id) if node_id in self.status else set())
 
     def _ensure_loads(self) -> None:
         """One load task per sequence any node needs (also after a patch rebinds a port)."""
         for key in sorted({s for _, seqs in self.deps.values() for s in seqs}):
+            if self.halted:
+                return
             if key not in self.seq_refs and key not in self.seq_meta:
                 self._load_sequence(key)
 
     def _load_sequence(self, key: str) -> None:
+        from .remote import remote_loader, submit
+
         ref = resolved_ref(self.case, key)
         try:
             self.sandbox.check_read(ref.path)
+            if not os.path.exists(ref.path):  # checked before any node runs: a halt leaves nothing half-made
+                raise ToolError(ErrorCode.input_missing, f"sequence {key} of case {self.case.id} is listed but "
+                                f"{ref.path} does not exist", hint="restore the file or drop the sequence")
         except ToolError as e:
             self.seq_meta[key] = {"ok": False, "error": e.with_context(file=ref.path).to_dict()}
             self._on_seq_failed(key)
             return
-        from .executor import _remote_loader
+        opts = loader_options(self.case.id, key, self.ctx.loader_num_cpus, self.ctx.task_max_retries)
+        art, meta = submit(remote_loader(), opts, ref)
+        self.seq_refs[key], self.seq_meta_refs[key] = (art, ()), meta
+        self._watch(("seq", key), meta)
 
-        art, meta = _remote_loader().options(name=f"{self.case.id}:seq:{key}",
-                                            num_cpus=self.ctx.loader_num_cpus).remote(ref)
-        self.seq_refs[key] = art
-        self.inflight[meta] = ("seq", key, 1, time.time())
-
-    def _ready(self, node_id: str) -> bool:
+    # ---- submission ---------------------------------------------------------------------------
+    def _submittable(self, node_id: str) -> bool:
         if self.status[node_id] != "pending" or node_id not in self.deps:
             return False
         nodes, seqs = self.deps[node_id]
-        return (all(self.status.get(u) == "succeeded" for u in nodes)
-                and all(self.seq_meta.get(s, {}).get("ok") for s in seqs))
+        return (all(self.status.get(u) in ("running", "succeeded") for u in nodes)
+                and all(k in self.seq_refs and self.seq_meta.get(k, {}).get("ok", True) for k in seqs))
 
     def _submit_ready(self) -> None:
-        # repeat: a node that fails at submission and is patched becomes ready again at once
+        # repeat: a node that fails at submission and is patched may become submittable again
         progressed = True
-        while progressed:
+        while progressed and not self.finished:
             progressed = False
-            for n in self.wf.nodes:
-                if self._ready(n.id):
+            for n in list(self.wf.nodes):
+                if self._submittable(n.id):
                     self._submit(n)
                     progressed = True
 
-    def _submit(self, node: Node) -> None:
-        from .executor import _remote_node
+    def _inputs_ready(self, node_id: str) -> bool:
+        nodes, seqs = self.deps.get(node_id, (set(), set()))
+        return (all(self.status.get(u) == "succeeded" for u in nodes)
+                and all(self.seq_meta.get(k, {}).get("ok") for k in seqs))
 
-        attempt = self.attempts[node.id] = self.attempts.get(node.id, 0) + 1
-        self.status[node.id] = "running"
+    def _timeout_of(self, node: Node) -> float | None:
+        return self.ctx.node_timeout_s or getattr(node.resources, "timeout_s", None)
+
+    def _submit(self, node: Node) -> None:
+        from .remote import remote_node, submit
+
+        attempt = self.runs.get(node.id, 0) + 1
         try:
             where = place(node, self.cluster, self.ctx.device_policy, self.device_override.get(node.id))
         except ToolError as e:  # no GPU for a GPU-only tool: fail now, never pend forever
+            self.runs[node.id] = attempt
             self._on_failure(node, e.to_dict(), attempt, repairable=False)
             return
         try:
-            runtime = runtime_values(self.ctx.output_dir, where.device, self.ctx.seed, self.ctx.run_id)
-            params = resolve_params(node.params, self.case, runtime)
-            validate_params(node.tool, params)
-            reg = get_tool(node.tool)
-            params = self.sandbox.check_args(params, reg.params_model)  # path params come back resolved
-            ports, args = self._bind(node)
-            fn = reg.fn
-            module, module_file = fn.__module__, getattr(sys.modules.get(fn.__module__), "__file__", "") or ""
+            spec = self._node_spec(node, where.device)
         except ToolError as e:
+            self.runs[node.id] = attempt
             self._on_failure(node, e.with_context(node=node.id, tool=node.tool).to_dict(), attempt)
             return
         if where.fallback:
             self.trace.emit("fallback", node=node.id, tool=node.tool, attempt=attempt,
                             message=f"{node.tool} runs its CPU path: {where.fallback}")
-        opts = dict(num_cpus=where.num_cpus, num_gpus=where.num_gpus, name=f"{self.case.id}:{node.id}:{node.tool}",
-                    num_returns=len(node.outputs) + 1, max_retries=self.ctx.task_max_retries,
-                    retry_exceptions=False)
-        if where.memory:
-            opts["memory"] = where.memory
-        spec = {"tool": node.tool, "module": module, "node": node.id, "case": self.case.id, "ports": ports,
-                "module_file": module_file,
-                "params": params, "device": where.device, "outputs": list(node.outputs)}
-        refs = _remote_node().options(**opts).remote(spec, *args)
-        self.refs[node.id] = dict(zip(node.outputs, refs[:-1]))
-        self.inflight[refs[-1]] = ("node", node.id, attempt, time.time())
-        self.records[node.id] = {"tool": node.tool, "version": node.version, "params": params,
-                                 "inputs": dict(node.inputs), "device": where.device, "attempt": attempt}
-        self.trace.emit("started", node=node.id, tool=node.tool, attempt=attempt,
-                        args_digest=params_digest(node.inputs, params))
-        call_hooks(self.hooks, "on_node_start", case=self.case.id, node=node.id, attempt=attempt, tool=node.tool)
+        gen = self.gen[node.id] = self.gen.get(node.id, 0) + 1
+        opts = task_options(task_name(self.case.id, node.id, node.tool), where, len(node.outputs) + 1,
+                            self.ctx.task_max_retries)
+        spec["ports"] = [(port, (*self._prefix(src), *path)) for (port, path), src in zip(spec["ports"], spec["sources"])]
+        spec.update(self.clock_fields(node.id, gen))
+        refs = submit(remote_node(), opts, spec, *self._args(spec))
+        self.status[node.id] = "running"
+        self.refs[node.id] = {f: (r, ()) for f, r in zip(node.outputs, refs[:-1])}
+        self.meta_refs[node.id] = refs[-1]
+        self._watch(("node", node.id, gen), refs[-1])
+        self._record_submission(node, spec, where.device, attempt)
 
-    def _bind(self, node: Node) -> tuple[list[tuple[str, tuple[str, ...]]], list[Any]]:
-        """(port, subfield path) pairs and the ObjectRefs passed as top-level args (Ray resolves those)."""
-        ports, args = [], []
-        _, seqs = self.deps[node.id]
+    def _record_submission(self, node: Node, spec: dict[str, Any], device: str, attempt: int) -> None:
+        self.records[node.id] = {"tool": node.tool, "version": node.version, "params": spec["params"],
+                                 "inputs": dict(node.inputs), "device": device, "attempt": attempt}
+        if self._inputs_ready(node.id):
+            self.ready_at[node.id] = time.time()
+
+    def _node_spec(self, node: Node, device: str) -> dict[str, Any]:
+        """What the worker needs to run one node: tool, params, ports and where each input comes
+        from, the metas it depends on, the deliverables it writes. Raises ToolError."""
+        runtime = runtime_values(self.ctx.output_dir, device, self.ctx.seed, self.ctx.run_id)
+        params = resolve_params(node.params, self.case, runtime)
+        validate_params(node.tool, params)
+        reg = get_tool(node.tool)
+        params = self.sandbox.check_args(params, reg.params_model)  # path params come back resolved
+        ports, sources = self._sources(node)
+        ups, seqs = self.deps[node.id]
+        deps = [("node", u) for u in sorted(ups)] + [("seq", k) for k in sorted(seqs)]
+        index = {d: i for i, d in enumerate(deps)}
+        port_deps = [(index[src[:2]], src[2] if src[0] == "node" else None) for src in sources]
+        for w in self.targets.get(node.id, ()):
+            self.sandbox.check_write(self.ctx.output_dir / w["file"])  # checked here and by the writer
+        fn = reg.fn
+        return {"tool": node.tool, "version": node.version, "module": fn.__module__,
+                "module_file": getattr(sys.modules.get(fn.__module__), "__file__", "") or "",
+                "node": node.id, "case": self.case.id, "run": self.ctx.run_id, "ports": ports,
+                "inputs": dict(node.inputs),
+                "sources": sources, "port_deps": port_deps, "deps": [f"{k}.{u}" for k, u in deps],
+                "params": params, "device": device, "outputs": list(node.outputs),
+                "timeout_s": self._timeout_of(node), "writes": self._worker_writes(node),
+                "intermediates": self.ctx.write_intermediates,
+                "cache_dir": str(self.ctx.cache_dir) if self.ctx.cache_dir else None,
+                "output_dir": str(self.ctx.output_dir), "input_root": str(self.case.root),
+                "read_roots": self.read_roots}
+
+    def _sources(self, node: Node) -> tuple[list, list]:
+        """(port, subfield path) pairs and where each port's value comes from: ``("seq", key)``
+        or ``("node", id, field)``."""
+        ports, sources = [], []
         for port, raw in node.inputs.items():
             tok = parse_token(raw)
             if tok.scope == "seq":
-                from .binder import sequence_key
-
                 ports.append((port, ()))
-                args.append(self.seq_refs[sequence_key(self.case, tok.name)])
-            else:
-                if tok.field not in self.refs.get(tok.name, {}):
-                    raise ToolError(ErrorCode.bad_reference, f"node {tok.name} has no output {tok.field!r}",
-                                    hint=f"valid: {sorted(self.refs.get(tok.name, {}))}", arg=port)
-                ports.append((port, tuple(tok.path[1:])))
-                args.append(self.refs[tok.name][tok.field])
-        return ports, args
+                sources.append(("seq", sequence_key(self.case, tok.name)))
+                continue
+            outputs = next((n.outputs for n in self.wf.nodes if n.id == tok.name), [])
+            if tok.field not in outputs:
+                raise ToolError(ErrorCode.bad_reference, f"node {tok.name} has no output {tok.field!r}",
+                                hint=f"valid: {sorted(outputs)}", arg=port)
+            ports.append((port, tuple(tok.path[1:])))
+            sources.append(("node", tok.name, tok.field))
+        return ports, sources
 
-    # ---- results ---------------------------------------------------------------------------
-    def _on_seq_done(self, key: str, ref: Any) -> None:
-        import ray
+    def _prefix(self, src: tuple) -> tuple:
+        return (self.seq_refs[src[1]] if src[0] == "seq" else self.refs[src[1]][src[2]])[1]
 
-        try:
-            meta = ray.get(ref)
-        except Exception as e:
-            from .executor import error_from_ray
+    def _args(self, spec: dict[str, Any]) -> list[Any]:
+        """The ObjectRefs (or kept values) a node task receives: its inputs, then its deps' metas
+        (Ray resolves refs before the task runs, so the DAG is chained without the driver)."""
+        values = [(self.seq_refs[src[1]] if src[0] == "seq" else self.refs[src[1]][src[2]])[0]
+                  for src in spec["sources"]]
+        metas = [self.meta_refs[d.partition(".")[2]] if d.startswith("node.") else
+                 self.seq_meta_refs[d.partition(".")[2]] for d in spec["deps"]]
+        return [*values, *metas]
 
-            meta = {"ok": False, "error": error_from_ray(e)}
+    # ---- results ------------------------------------------------------------------------------
+    def _on_seq_result(self, key: str, meta: Any, exc: BaseException | None) -> None:
+        if exc is not None:
+            meta = {"ok": False, "error": error_from_ray(exc)}
         self.seq_meta[key] = meta
         if not meta.get("ok"):
             self._on_seq_failed(key)
+            return
+        for n in self._consumers(key):
+            if self.status.get(n) == "running" and self._inputs_ready(n):
+                self.ready_at.setdefault(n, time.time())
+
+    def _consumers(self, key: str) -> list[str]:
+        return [n for n, (_, seqs) in self.deps.items() if key in seqs]
 
     def _on_seq_failed(self, key: str) -> None:
         err = dict(self.seq_meta[key]["error"])
         err["context"] = dict(err.get("context", {}), sequence=key)
         self.trace.emit("failed", node=f"seq.{key}", tool="io.load_sequence", error_code=err["code"],
                         message=err["message"])
-        for n in self.wf.nodes:
-            if key in self.deps.get(n.id, (set(), set()))[1] and self.status[n.id] == "pending":
-                self._give_up(n, err, halted=False)
+        if err["code"] in _HALT_CASE:  # reading outside the case or a missing input halts the whole case
+            self._halt_case(f"seq.{key}", err)
+            return
+        for n in self._consumers(key):
+            if self.status[n] in ("pending", "running"):
+                self._give_up(self.wf.node(n), err, halted=False)
 
-    def _on_node_done(self, node: Node, ref: Any, attempt: int) -> None:
-        import ray
-
-        try:
-            meta = ray.get(ref)
-        except Exception as e:  # Ray gave up (worker lost after retries, OOM-killed, cancelled)
-            from .executor import error_from_ray
-
-            err = error_from_ray(e)
+    def _on_node_result(self, node_id: str, gen: int, meta: Any, exc: BaseException | None) -> None:
+        if self.status.get(node_id) != "running" or self.gen.get(node_id) != gen:
+            return  # a void submission (upstream failed, patched or given up since)
+        node = self._node(node_id)
+        if exc is not None:
+            err = error_from_ray(exc)
+            if not self._inputs_ready(node_id):
+                return  # Ray passed an upstream's failure along: that node's result decides
+            if node_id in self.cancelled:
+                err = ToolError(ErrorCode.timeout, f"{node.tool} ran past its time limit of "
+                                f"{self._timeout_of(node)} s and was cancelled", node=node_id,
+                                tool=node.tool).to_dict()
+                self.trace.emit("timeout", node=node_id, tool=node.tool, message=err["message"],
+                                data={"limit_s": self._timeout_of(node), "cancelled": True})
+            self.runs[node_id] = attempt = self.runs.get(node_id, 0) + 1
+            if err["code"] == ErrorCode.timeout.value and self._retry_timeout(node, err, attempt):
+                return
             self._on_failure(node, err, attempt, repairable=err["code"] not in _NO_REPAIR)
             return
+        if meta.get("not_run"):
+            return  # its upstream failed; repairing that upstream resubmits this node
+        self.runs[node_id] = attempt = self.runs.get(node_id, 0) + 1
+        self.trace.emit("started", time=meta["t_start"], node=node_id, tool=node.tool, attempt=attempt,
+                        args_digest=meta.get("args_digest"))
+        call_hooks(self.hooks, "on_node_start", case=self.case.id, node=node_id, attempt=attempt, tool=node.tool)
         if not meta.get("ok"):
-            self._on_failure(node, meta["error"], attempt, meta=meta)
+            err = meta["error"]
+            if err["code"] == ErrorCode.timeout.value:
+                self.trace.emit("timeout", node=node_id, tool=node.tool, attempt=attempt,
+                                message=err["message"], data={"limit_s": self._timeout_of(node)})
+                if self._retry_timeout(node, err, attempt, meta):
+                    return
+            repairable = err["code"] not in _NO_REPAIR and meta.get("phase") != "write"
+            self._on_failure(node, err, attempt, repairable=repairable, meta=meta)
             return
         self._on_success(node, meta, attempt)
 
     def _on_success(self, node: Node, meta: dict[str, Any], attempt: int) -> None:
         self.status[node.id] = "succeeded"
+        cache = meta.get("cache") or {}
         rec = self.records[node.id]
         rec.update(output_digests=meta["output_digests"], duration_s=round(meta["duration_s"], 4),
                    worker=f"{meta['worker']}:{meta['pid']}", input_digests=self._input_digests(node))
+        if cache:
+            rec["cache"] = {"key": cache["key"], "hit": bool(cache.get("hit")),
+                            **({"stored_by": cache["stored_by"]} if cache.get("hit") else {})}
+        if cache.get("hit"):
+            self.cache_hits += 1
+            self.trace.emit("cache_hit", node=node.id, tool=node.tool, attempt=attempt,
+                            data={"key": cache["key"], "stored_by": cache.get("stored_by")})
         self.trace.emit("succeeded", time=meta["t_end"], node=node.id, tool=node.tool, attempt=attempt,
-                        duration_s=meta["duration_s"], worker=rec["worker"],
-                        message=f"device={meta['device']}")
+                        duration_s=meta["duration_s"], worker=rec["worker"], message=f"device={meta['device']}")
+        if cache.get("stored"):
+            self.trace.emit("cache_stored", node=node.id, tool=node.tool, attempt=attempt,
+                            data={"key": cache["key"], **({"replaced_corrupt": cache["replaced_corrupt"]}
+                                                         if cache.get("replaced_corrupt") else {})})
         call_hooks(self.hooks, "on_node_end", case=self.case.id, node=node.id, status="succeeded",
                    duration_s=meta["duration_s"], error=None, attempt=attempt)
         if node.milestone and node.milestone not in self.milestones:
             self.milestones.append(node.milestone)
-        try:
-            self._write_outputs(node)
-        except ToolError as e:
-            self._give_up(node, e.with_context(node=node.id, tool=node.tool).to_dict(), halted=False)
-        except OSError as e:
-            err = ToolError(ErrorCode.internal, f"cannot write outputs of {node.id}: {e}", node=node.id)
-            self._give_up(node, err.to_dict(), halted=False)
+        for name, w in (meta.get("written") or {}).items():
+            self.written[name] = w
+            self.trace.emit("deliverable", node=node.id, tool=node.tool, message=Path(w["files"][0]).name)
+        self.measurements.update(meta.get("measurements") or {})
+        for w in self._reviewed_writes(node):  # R4: the driver reviews the report, then writes it
+            from .review import submit_review
+
+            self._watch(("review", node.id, w["name"]), submit_review(self, node, w))
+        now = time.time()
+        for c in self.children.get(node.id, ()):
+            if self.status.get(c) == "running" and self._inputs_ready(c):
+                self.ready_at.setdefault(c, now)
 
     def _input_digests(self, node: Node) -> dict[str, str | None]:
-        from .binder import sequence_key
-
         digests: dict[str, str | None] = {}
         for port, raw in node.inputs.items():
             tok = parse_token(raw)
@@ -277,47 +522,144 @@ class CaseRun:
                 digests[port] = self.records.get(tok.name, {}).get("output_digests", {}).get(tok.field)
         return digests
 
-    # ---- failures and repair ---------------------------------------------------------------
+    # ---- failures and repair ------------------------------------------------------------------
     def _on_failure(self, node: Node, err: dict[str, Any], attempt: int, *, repairable: bool = True,
                     meta: dict[str, Any] | None = None) -> None:
         err = dict(err)
         self.trace.emit("failed", node=node.id, tool=node.tool, attempt=attempt, error_code=err["code"],
-                        message=err["message"], duration_s=(meta or {}).get("duration_s"))
+                        message=err["message"], duration_s=(meta or {}).get("duration_s"),
+                        data={"traceback": err["context"]["traceback"]} if "traceback" in err.get("context", {})
+                        else None)
         call_hooks(self.hooks, "on_node_end", case=self.case.id, node=node.id, status="failed",
                    duration_s=(meta or {}).get("duration_s"), error=err, attempt=attempt)
+        self._void_descendants(node.id)
+        self.status[node.id] = "failed"
         if not repairable or attempt >= self.ctx.max_attempts_per_node:
             self._give_up(node, err, halted=False)
             return
-        from .repair import ask_reflector
+        repairer = self._repairer()
+        if repairer is None:
+            err["halt_reason"] = "no reflector available"
+            self._give_up(node, err, halted=False)
+            return
+        failure = rp.build_failure(self, node, err, attempt)
+        verdict = rp.ask(repairer, failure, self.wf, self.case, self.contract)
+        if rp.is_remote(repairer) and not hasattr(verdict, "node_id"):
+            self.status[node.id] = "repairing"
+            self.repair_asked[node.id] = (time.time(), attempt, err)
+            self._watch(("repair", node.id, attempt), verdict)
+            return
+        self._apply_verdict(node, verdict, attempt, err)
 
-        verdict = ask_reflector(self, node, err, attempt)
+    def _on_verdict(self, node_id: str, attempt: int, verdict: Any, exc: BaseException | None) -> None:
+        _, _, err = self.repair_asked.pop(node_id)
+        if exc is not None:
+            verdict = rp.halt_for(node_id, f"reflector failed: {type(exc).__name__}: {str(exc)[:300]}")
+        self._apply_verdict(self.wf.node(node_id), verdict, attempt, dict(err))
+
+    def _apply_verdict(self, node: Node, verdict: Any, attempt: int, err: dict[str, Any]) -> None:
+        if self._resolved_repairer:  # llm: the repairer's calls for this verdict, before it takes effect
+            for e in rp.repair_events(self._resolved_repairer, self.case.id, self.ctx.reflector_timeout_s):
+                self.trace.emit(**e)
         if verdict is None or not hasattr(verdict, "inputs"):
-            reason = getattr(verdict, "reason", "no reflector available")
-            err["halt_reason"] = reason
+            err["halt_reason"] = getattr(verdict, "reason", "no reflector available")
             self._give_up(node, err, halted=verdict is not None)
             return
         self._apply_patch(node, verdict, attempt)
 
-    def _apply_patch(self, node: Node, patch: Any, attempt: int) -> None:
-        """Patch the running node in place; it is resubmitted by ``_submit_ready`` as soon as
-        its (possibly rebound) inputs exist. Finished upstream results are kept."""
-        from .repair import apply_patch
+    def _repairer(self) -> Any:
+        """Resolved on the first failure only: a pool member (an actor) starts when needed."""
+        if self._resolved_repairer is None:
+            given = self.repairer if self.repairer is not None else rp.default_repairer(self.ctx.run_id)
+            self._resolved_repairer = rp.repairer_for(given, self.case.id) or False
+        return self._resolved_repairer or None
 
-        apply_patch(node, patch, self.device_override)
+    def _own(self, node: Node) -> Node:
+        """Copy the (possibly shared) workflow before the first patch changes it."""
+        if not self._own_wf:
+            self.wf = self.wf.model_copy(deep=True)
+            self._own_wf = True
+        return self.wf.node(node.id)
+
+    def _apply_patch(self, node: Node, patch: Any, attempt: int) -> None:
+        """Patch the failed node in place; it and its descendants are resubmitted by
+        ``_submit_ready`` as soon as their (possibly rebound) inputs have refs. Finished upstream
+        results are kept. An inserted node joins the workflow before it; a skipped optional
+        node blocks only its optional dependents (the Reflector refuses a skip that a
+        required node depends on)."""
+        node = self._own(node)
+        inserted = rp.apply_patch(self.wf, node, patch, self.device_override)
         self.repairs += 1
         self.trace.emit("repaired", node=node.id, tool=node.tool, attempt=attempt,
                         patch=patch.model_dump(mode="json"), message=getattr(patch, "reason", ""))
+        if getattr(patch, "action", "retry") == "skip":
+            self.status[node.id] = "skipped"
+            self.trace.emit("skipped", node=node.id, tool=node.tool, attempt=attempt,
+                            message=getattr(patch, "reason", ""))
+            for d in sorted(self.descendants(node.id)):
+                if self.status.get(d) in ("pending", "running"):
+                    self._block(d, f"upstream {node.id} was skipped")
+            return
         try:
+            for new in inserted:
+                self.status[new.id] = "pending"
+                self.deps[new.id] = node_dependencies(self.wf, new, self.case)
+                self.trace.emit("planned", node=new.id, tool=new.tool, attempt=attempt,
+                                message=f"inserted before {node.id} by repair")
             self.deps[node.id] = node_dependencies(self.wf, node, self.case)
         except ToolError as e:
             self._give_up(node, e.with_context(node=node.id, tool=node.tool).to_dict(), halted=False)
             return
+        self._index_children()
+        self._plan_targets()
         self._ensure_loads()
         self.status[node.id] = "pending"
         self.trace.emit("retried", node=node.id, tool=node.tool, attempt=attempt + 1)
 
+    def _void_descendants(self, node_id: str) -> None:
+        """Submissions chained to a failed node never run: back to pending (resubmitted after a
+        patch, blocked after a halt)."""
+        for d in self.descendants(node_id):
+            if self.status.get(d) == "running":
+                self._forget(("node", d, self.gen.get(d)))
+                self.status[d] = "pending"
+                self.ready_at.pop(d, None)
+
+    def _retry_timeout(self, node: Node, err: dict[str, Any], attempt: int,
+                       meta: dict[str, Any] | None = None) -> bool:
+        """A timed-out node is re-submitted unchanged once: a hang is most often transient (stuck
+        I/O, a wedged worker); a second timeout fails it for good (never repaired)."""
+        if self.timeouts.get(node.id, 0) >= _TIMEOUT_RETRIES or attempt >= self.ctx.max_attempts_per_node:
+            return False
+        self.timeouts[node.id] = self.timeouts.get(node.id, 0) + 1
+        self.trace.emit("failed", node=node.id, tool=node.tool, attempt=attempt, error_code=err["code"],
+                        message=err["message"], duration_s=(meta or {}).get("duration_s"))
+        call_hooks(self.hooks, "on_node_end", case=self.case.id, node=node.id, status="failed",
+                   duration_s=(meta or {}).get("duration_s"), error=err, attempt=attempt)
+        self._void_descendants(node.id)
+        self.cancelled.discard(node.id)
+        self.ready_at.pop(node.id, None)
+        self.status[node.id] = "pending"
+        self.trace.emit("retried", node=node.id, tool=node.tool, attempt=attempt + 1,
+                        message="timed out: re-submitted unchanged")
+        return True
+
+    def _halt_case(self, where: str, err: dict[str, Any]) -> None:
+        """Stop the whole case: nothing not yet run runs (nothing else is written); the error
+        is the case's."""
+        for n in self.wf.nodes:
+            if self.status[n.id] in ("pending", "running"):
+                self._block(n.id, f"the case halted: {err['code']} at {where}")
+        ctx = err.get("context", {})
+        self.error = {"code": err["code"], "message": err["message"], "hint": err.get("hint", ""), "node": where,
+                      "tool": None, "file": ctx.get("file"), "context": ctx,
+                      "halt_reason": f"{err['code']} halts at once"}
+        self.halted = True
+
     def _give_up(self, node: Node, err: dict[str, Any], *, halted: bool) -> None:
         """The node failed for good: block its dependents; a required node fails the case."""
+        if self.status.get(node.id) == "running":
+            self._forget(("node", node.id, self.gen.get(node.id)))
         self.status[node.id] = "failed"
         if node.required and self.error is None:
             ctx = err.get("context", {})
@@ -325,51 +667,122 @@ class CaseRun:
                           "node": node.id, "tool": node.tool, "file": ctx.get("file"), "context": ctx,
                           "halt_reason": err.get("halt_reason")}
             self.halted = halted
-        for d in sorted(self.wf.downstream(node.id)):
-            if self.status.get(d) == "pending":
+        for d in sorted(self.descendants(node.id), key=self._index):
+            if self.status.get(d) in ("pending", "running"):
                 self._block(d, f"upstream {node.id} failed ({err['code']})")
+
+    def _index(self, node_id: str) -> int:
+        """Topological position of a node (the node list only changes when a repair inserts one)."""
+        if len(self._positions) != len(self.wf.nodes):
+            self._positions = {n.id: i for i, n in enumerate(self.wf.nodes)}
+        return self._positions.get(node_id, 0)
+
+    def _node(self, node_id: str) -> Node:
+        return self.wf.nodes[self._index(node_id)]
 
     def _block(self, node_id: str, why: str) -> None:
         n = self.wf.node(node_id)
+        if self.status.get(node_id) == "running":
+            self._forget(("node", node_id, self.gen.get(node_id)))
         self.status[node_id] = "blocked"
         self.trace.emit("blocked", node=node_id, tool=n.tool, message=why)
         if n.required and self.error is None:
             self.error = {"code": ErrorCode.input_missing.value, "message": f"{node_id} blocked: {why}",
                           "node": node_id, "tool": n.tool}
 
-    # ---- writing ---------------------------------------------------------------------------
-    def _targets(self) -> list[Deliverable]:
-        """Deliverables of the workflow; without any, the outputs of its sink nodes."""
+    # ---- refs ---------------------------------------------------------------------------------
+    def _watch(self, tag: tuple, ref: Any) -> None:
+        self.open[tag] = ref
+        self.loop.watch(ref, self, tag)
+
+    def _forget(self, tag: tuple) -> None:
+        ref = self.open.pop(tag, None)
+        if ref is not None:
+            self.loop.unwatch(ref)
+
+    def _forget_all(self) -> None:
+        for tag in list(self.open):
+            self._forget(tag)
+
+    # ---- writing and finishing ----------------------------------------------------------------
+    def _plan_targets(self) -> None:
+        """Deliverables of the workflow (without any, the outputs of its sink nodes), per node."""
+        targets: dict[str, list[dict[str, str]]] = {}
+        for d in self._deliverables():
+            targets.setdefault(d.node, []).append({"name": d.name, "field": d.field, "file": d.file})
+        self.targets = targets
+
+    def _deliverables(self) -> list[Deliverable]:
         if self.wf.deliverables or self.contract is not None:
             return list(self.wf.deliverables)
-        g = self.wf.to_networkx()
+        sinks = {n.id for n in self.wf.nodes} - {u for ups, _ in self.deps.values() for u in ups}
         return [Deliverable(name=f"{n.id}.{f}" if len(n.outputs) > 1 else n.id, node=n.id, field=f,
                             file=f"{n.id}_{f}" if len(n.outputs) > 1 else n.id)
-                for n in self.wf.nodes if g.out_degree(n.id) == 0 for f in n.outputs]
+                for n in self.wf.nodes if n.id in sinks for f in n.outputs]
 
-    def _write_outputs(self, node: Node) -> None:
+    def _reviewed_writes(self, node: Node) -> list[dict[str, str]]:
+        """The node's report deliverables when a reviewer is set: the driver reviews (R4) and
+        writes them (``engine.review``); the worker writes the others."""
+        if getattr(self.ctx, "reviewer", None) is None or node.id not in self.targets:
+            return []
+        spec = get_tool(node.tool).spec
+        return [w for w in self.targets[node.id]
+                if (port := spec.output(w["field"])) is not None and port.kind == ArtifactKind.report]
+
+    def _worker_writes(self, node: Node) -> list[dict[str, str]]:
+        reviewed = self._reviewed_writes(node)
+        return [w for w in self.targets.get(node.id, ()) if w not in reviewed]
+
+    def fetch(self, node_id: str, field: str) -> Any:
+        """The value of a node's output field (from the object store; blocks until it exists)."""
         import ray
 
-        for d in self._targets():
-            if d.node != node.id:
-                continue
-            art = ray.get(self.refs[node.id][d.field])
-            name = d.file if Path(d.file).suffix else out.default_file(d.file, kind_of(art))
-            files = out.write_artifact(art, self.sandbox.check_write(self.ctx.output_dir / name))
-            self.written[d.name] = {"node": node.id, "field": d.field, "files": [str(f) for f in files],
-                                    "artifact_digest": self.records[node.id]["output_digests"].get(d.field)}
-            self.measurements.update(out.measurements_of(d.name, art))
-            self.trace.emit("deliverable", node=node.id, tool=node.tool, message=str(files[0].name))
-        if self.ctx.write_intermediates:
-            for f, ref in self.refs[node.id].items():
-                art = ray.get(ref)
-                target = self.ctx.output_dir / "intermediates" / out.default_file(f"{node.id}_{f}", kind_of(art))
-                out.write_artifact(art, self.sandbox.check_write(target))
+        from .noderun import _pluck
+
+        ref, path = self.refs[node_id][field]
+        return _pluck(ray.get(ref), tuple(path))
+
+    def _on_reviewed(self, node_id: str, name: str, value: Any, exc: BaseException | None) -> None:
+        node = self._node(node_id)
+        if exc is None:
+            written, measurements = value
+            self.written[name] = written
+            self.measurements.update(measurements)
+            self.trace.emit("deliverable", node=node.id, tool=node.tool, message=Path(written["files"][0]).name)
+            return
+        err = (exc.to_dict() if isinstance(exc, ToolError) else
+               ToolError(ErrorCode.internal, f"writing the reviewed report failed: {type(exc).__name__}: {exc}",
+                         node=node_id, tool=node.tool).to_dict())
+        self.trace.emit("failed", node=node_id, tool=node.tool, error_code=err["code"], message=err["message"])
+        self._give_up(node, err, halted=False)
 
     def deliverable_paths(self) -> dict[str, Path]:
         return {k: Path(v["files"][0]) for k, v in self.written.items()}
 
-    def _finish(self, outcome_cls: type):
+    def _maybe_done(self) -> None:
+        if self.finished or self.open:
+            return
+        for n in self.wf.nodes:
+            if self.status[n.id] in ("pending", "running", "repairing"):
+                self._block(n.id, "its inputs never became available")
         from .finish import finish_case
 
-        return finish_case(self, outcome_cls)
+        if self.clock is not None:
+            try:
+                self.clock.forget.remote(f"{self.case.id}:")
+            except Exception:  # a lost clock forgets by itself
+                pass
+        self.outcome = finish_case(self, CaseOutcome)
+        self.outcome.cache_hits = self.cache_hits
+        self._done()
+
+    def _done(self) -> None:
+        self.finished = True
+        self.outcome.duration_s = time.time() - self.t0
+        self.outcome.repairs = self.repairs
+        call_hooks(self.hooks, "on_case_end", case=self.case.id, outcome=self.outcome)
+        if self.on_done is not None:
+            self.on_done(self)
+
+
+__all__ = ["CaseRun"]

@@ -1,43 +1,79 @@
-"""Running many cases at once: bounded cases in flight, one row per case, resume by ``_DONE``.
+"""Running many cases at once from ONE driver event loop: bounded cases in flight, one row per
+case, resume by ``_DONE``, tables written as cases finish.
 
-Each case runs in a driver thread (plan → compile → ``run_case_workflow``); Ray does the
-work. A failing case becomes a row with its ErrorCode and message while the others finish.
+Per case: admit (contract inputs) -> plan and compile (once per plan signature for a
+deterministic planner, per case otherwise, on a small thread pool) -> submit the whole DAG
+-> results through the loop -> validate, provenance, ``_DONE`` -> a row (``result.json`` and
+the cohort tables). ``run_cohorts`` drives several cohorts (one per task in ``bcer bench``)
+from the same loop. Any exception in one case, not only a ToolError, becomes that case's row
+(``internal``, traceback in its trace) while the others go on; Ctrl-C writes the tables of
+what finished and cancels the rest.
 """
 from __future__ import annotations
 
 import json
 import logging
+import os
 import time
+import traceback
 import uuid
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Literal
 
 from ..contracts import Case, ErrorCode, TaskContract, ToolError
 from ..contracts.sequences import canonical_sequence
 from ..tools.io import write_json
-from .planning import Planner, plan_and_compile
+from .outputs import write_audit
+from . import repair as rp
+from .fusion import wide_enough
+from .planning import PlanCache, Planner, plan_and_compile
+from .review import release_reviewer, resolve_reviewer
+from .tables import COHORT_FILE, EVENTS_PARQUET, CohortTables, rows_table
+from .trace import TraceWriter
 
 log = logging.getLogger(__name__)
 ROW_FILE = "result.json"
+_TICK_S = 0.25
+_HOUSEKEEPING_S = 0.5
 
 
 @dataclass
 class CohortConfig:
-    """How a cohort runs. ``goal`` defaults to the contract's goal text."""
+    """How a cohort runs. ``goal`` defaults to the contract's goal text.
+
+    Args:
+        max_in_flight: cases running at once (back-pressure on the object store); None:
+            :func:`default_in_flight` of the cluster.
+        cache: the node cache folder (shared across cohorts; None: no cache).
+        node_timeout_s: overrides every tool's own time limit.
+        repairer: the run's repairer pool (``for_case``) or repairer, built by the caller
+            (API, CLI, bench); None: the registered default pool of this run, if any.
+        fuse: run each case's whole DAG as one Ray task: "auto" (when the cohorts of the loop
+            hold at least 8 cases per CPU and the DAG is small and CPU-only, see
+            ``engine.fusion``), "always" (whenever the DAG allows) or "never".
+        reviewer: report reviewer (R4, ``engine.review``), or a zero-argument factory called
+            once Ray is up (and the reviewer it builds released when the cohort ends).
+    """
 
     out: Path
     planner: Planner
     contract: TaskContract | None = None
     goal: str | None = None
-    max_in_flight: int = 4
+    max_in_flight: int | None = None
     address: str | None = None
     run_id: str = field(default_factory=lambda: time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6])
     seed: int = 0
     max_revisions: int = 2
     resume: bool = True
     model_dirs: tuple[str, ...] = ()  # read-only folders for local model bundles (sandbox)
+    cache: Path | None = None
+    node_timeout_s: float | None = None
+    repairer: Any = None
+    fuse: Literal["auto", "always", "never"] = "auto"
+    reviewer: Any = None
 
     @property
     def goal_text(self) -> str:
@@ -53,33 +89,43 @@ class CohortResult:
     @property
     def cases(self):
         """pyarrow Table, one row per case."""
-        import pyarrow as pa
-
-        return pa.Table.from_pylist([_flat_row(r) for r in self.rows])
+        return rows_table(self.rows)
 
     @property
     def events(self):
-        """pyarrow Table of every event of every case."""
+        """pyarrow Table of every event of every case (``events.parquet``)."""
+        path = self.out / EVENTS_PARQUET
+        if path.exists():
+            import pyarrow.parquet as pq
+
+            return pq.read_table(path)
         from .trace import events_table
 
         return events_table(sorted(self.out.glob("*/events.jsonl")))
 
     def summary(self) -> dict[str, Any]:
+        """Counts and means; ``sr`` is delivered AND plausible, ``sr_delivered`` validators only."""
         n = len(self.rows)
         return {"cases": n, "succeeded": sum(r["status"] == "succeeded" for r in self.rows),
                 "failed": sum(r["status"] not in ("succeeded",) for r in self.rows),
+                "implausible": sum(r["status"] == "implausible" for r in self.rows),
                 "resumed": sum(bool(r.get("resumed")) for r in self.rows),
                 "sr": sum(r.get("sr") or 0 for r in self.rows) / n if n else 0.0,
+                "sr_delivered": sum(_sr_delivered(r) for r in self.rows) / n if n else 0.0,
                 "tcr": sum(r.get("tcr") or 0.0 for r in self.rows) / n if n else 0.0}
 
 
-def _flat_row(row: dict[str, Any]) -> dict[str, Any]:
-    flat = {k: v for k, v in row.items() if k not in ("measurements", "deliverables")}
-    flat["deliverables"] = json.dumps(row.get("deliverables", {}))
-    for k, v in (row.get("measurements") or {}).items():
-        if isinstance(v, (int, float, str, bool)) or v is None:
-            flat[f"m_{k}"] = v
-    return flat
+def _sr_delivered(row: dict[str, Any]) -> int:
+    """A row's delivered-SR (rows written before plausibility existed: their ``sr``)."""
+    v = row.get("sr_delivered", row.get("sr"))
+    return int(v or 0)
+
+
+def default_in_flight(cluster: dict[str, float]) -> int:
+    """Cases in flight by default: eight per CPU (and four per GPU), at least 16. Enough to keep
+    every worker busy while the driver records finished cases (measured on tiny cases: 16 in
+    flight on 2 CPUs beat 8), few enough to bound the object store (``max_in_flight`` caps it)."""
+    return max(16, int(8 * float(cluster.get("CPU", 1)) + 4 * float(cluster.get("GPU", 0))))
 
 
 def admit_case(case: Case, contract: TaskContract | None) -> None:
@@ -88,8 +134,6 @@ def admit_case(case: Case, contract: TaskContract | None) -> None:
         first = case.issues[0]
         raise ToolError(first.get("code", "schema"), first.get("message", "unreadable case"), first.get("hint", ""),
                         **{k: v for k, v in first.get("context", {}).items() if k != "case"}, case=case.id)
-    if contract is None:
-        return
     if contract is None:
         return
     if contract.domain not in ("any", case.domain) and case.domain != "unknown":
@@ -105,53 +149,317 @@ def admit_case(case: Case, contract: TaskContract | None) -> None:
 
 def _error_row(case: Case, cfg: CohortConfig, err: ToolError, status: str, t0: float) -> dict[str, Any]:
     return {"case": case.id, "task": cfg.contract.id if cfg.contract else None, "run": cfg.run_id,
-            "status": status, "sr": 0, "tcr": 0.0, "error_code": err.code.value,
+            "status": status, "sr": 0, "sr_delivered": 0, "tcr": 0.0, "plausibility": [], "error_code": err.code.value,
             "error_message": err.message, "error_node": err.context.get("node"),
-            "duration_s": round(time.time() - t0, 3), "repairs": 0, "deliverables": {}, "measurements": {}}
+            "duration_s": round(time.time() - t0, 3), "repairs": 0, "planner": cfg.planner.name,
+            "deliverables": {}, "measurements": {}}
 
 
-def run_one(case: Case, cfg: CohortConfig, reflector=None, hooks: Iterable = ()) -> dict[str, Any]:
-    """Plan, compile and run one case; never raises (a failure is a row)."""
-    from .executor import RunContext, run_case_workflow
-
-    t0 = time.time()
-    case_dir = cfg.out / case.id
-    case_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        admit_case(case, cfg.contract)
-        sketch, workflow, revisions = plan_and_compile(cfg.planner, cfg.goal_text, case, cfg.contract,
-                                                       cfg.max_revisions)
-    except ToolError as e:
-        row = _error_row(case, cfg, e.with_context(case=case.id), "rejected", t0)
-        write_json(row, case_dir / ROW_FILE)
-        return row
-    write_json(sketch.model_dump(mode="json"), case_dir / "plan.json")
-    ctx = RunContext(run_id=cfg.run_id, output_dir=case_dir, seed=cfg.seed, read_roots=tuple(cfg.model_dirs))
-    if reflector is not None:
-        reflector = reflector.for_case(case.id)
-        reflector.reset.remote(case.id)  # a fresh repair budget for this run of the case
-    outcome = run_case_workflow(workflow, case, ctx, contract=cfg.contract, reflector=reflector,
-                                hooks=list(hooks))
-    row = {"case": case.id, "task": cfg.contract.id if cfg.contract else None, "run": cfg.run_id,
-           "status": outcome.status, "sr": getattr(outcome, "sr", int(outcome.status == "succeeded")),
-           "tcr": getattr(outcome, "tcr", float(outcome.status == "succeeded")),
-           "error_code": (outcome.error or {}).get("code"), "error_message": (outcome.error or {}).get("message"),
-           "error_node": (outcome.error or {}).get("node"), "duration_s": round(time.time() - t0, 3),
-           "repairs": outcome.repairs, "plan_revisions": revisions, "planner": cfg.planner.name,
-           "deliverables": {k: str(Path(v).relative_to(cfg.out)) if Path(v).is_absolute() else str(v)
-                            for k, v in outcome.deliverables.items()},
-           "measurements": outcome.measurements}
-    write_json(row, case_dir / ROW_FILE)
-    return row
+def _outcome_row(case: Case, cfg: CohortConfig, outcome: Any, revisions: int, t0: float) -> dict[str, Any]:
+    err = outcome.error or {}
+    return {"case": case.id, "task": cfg.contract.id if cfg.contract else None, "run": cfg.run_id,
+            "status": outcome.status, "sr": outcome.sr if outcome.sr is not None else int(outcome.status == "succeeded"),
+            "sr_delivered": outcome.sr_delivered,
+            "tcr": outcome.tcr if outcome.tcr is not None else float(outcome.status == "succeeded"),
+            "plausibility": list(outcome.plausibility),
+            "error_code": err.get("code"), "error_message": err.get("message"), "error_node": err.get("node"),
+            "duration_s": round(time.time() - t0, 3), "repairs": outcome.repairs, "plan_revisions": revisions,
+            "planner": cfg.planner.name, "cache_hits": outcome.cache_hits,
+            "deliverables": {k: str(Path(v).relative_to(cfg.out)) if Path(v).is_absolute() else str(v)
+                             for k, v in outcome.deliverables.items()},
+            "measurements": outcome.measurements}
 
 
 def _resumed_row(case: Case, cfg: CohortConfig) -> dict[str, Any] | None:
-    case_dir = cfg.out / case.id
-    if not (cfg.resume and (case_dir / "_DONE").exists() and (case_dir / ROW_FILE).exists()):
+    """The row of a case finished by an earlier run (``_DONE`` present), else None."""
+    if not cfg.resume:
         return None
-    row = json.loads((case_dir / ROW_FILE).read_text())
+    case_dir = os.path.join(cfg.out, case.id)  # plain strings: 10,000 cases are scanned per resume
+    if not os.path.exists(os.path.join(case_dir, "_DONE")):
+        return None
+    try:
+        with open(os.path.join(case_dir, ROW_FILE), "rb") as fh:
+            row = json.loads(fh.read())
+    except (OSError, ValueError):  # _DONE without its row (killed between the two): run it again
+        return None
     row["resumed"] = True
     return row
+
+
+class _Job:
+    """One cohort inside the runner: its cases, config, rows, tables, plans and repairer."""
+
+    def __init__(self, cases: Iterable[Case], cfg: CohortConfig):
+        cfg.out = Path(cfg.out).resolve()
+        cfg.out.mkdir(parents=True, exist_ok=True)
+        self.cfg, self.cases = cfg, list(cases)
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.todo: deque[Case] = deque()
+        self.n_run = 0
+        self.active = 0
+        self.cap = 1
+        self.plans = PlanCache()
+        self.tables = CohortTables(cfg.out, cfg.run_id)
+        self.repairer: Any = cfg.repairer
+        self.own_repairer = False
+        self.reviewer: Any = None  # resolved from cfg.reviewer once Ray is up
+        self.cache_dir = Path(cfg.cache).resolve() if cfg.cache else None
+
+    def scan(self, on_case_done: Callable | None) -> None:
+        for case in self.cases:
+            prev = _resumed_row(case, self.cfg)
+            if prev is None:
+                self.todo.append(case)
+                self.n_run += 1
+                continue
+            log.info("case %s already done (_DONE present): skipped", case.id)
+            self.rows[case.id] = prev
+            if on_case_done:
+                on_case_done(prev)
+
+    def result(self) -> CohortResult:
+        rows = [self.rows[c.id] for c in self.cases if c.id in self.rows]
+        return CohortResult(self.cfg.out, rows, self.cfg.run_id)
+
+
+class _Runner:
+    """The loop: admit cases up to each cohort's cap, plan, run, finish, write tables."""
+
+    def __init__(self, jobs: list[_Job], on_case_done: Callable | None, hooks: list, cluster: dict[str, float]):
+        from .loop import EventLoop
+
+        self.jobs, self.on_case_done, self.hooks, self.cluster = jobs, on_case_done, hooks, cluster
+        self.loop = EventLoop()
+        self.active: dict[Any, tuple[_Job, Case]] = {}
+        self.planning: dict[Future, tuple[_Job, Case, TraceWriter, float]] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self.n_run = sum(j.n_run for j in jobs)
+
+    def run(self) -> None:
+        last = 0.0
+        while True:
+            self._admit()
+            self._collect_plans()
+            if not self.active and not self.planning and not any(j.todo for j in self.jobs):
+                break
+            if len(self.loop):
+                self.loop.poll(0.02 if self.planning else _TICK_S)
+            elif self.planning:
+                from concurrent.futures import FIRST_COMPLETED, wait
+
+                wait(list(self.planning), timeout=_TICK_S, return_when=FIRST_COMPLETED)
+            else:
+                for run in list(self.active):  # nothing to wait for: close what is still open
+                    if run.finished:  # its recording failed: it must not hold the loop
+                        job, _ = self.active.pop(run)
+                        job.active -= 1
+                    else:
+                        run._maybe_done()
+            now = time.time()
+            if now - last >= _HOUSEKEEPING_S:
+                last = now
+                self._housekeeping(now)
+
+    def _housekeeping(self, now: float) -> None:
+        for run in list(self.active):
+            if not run.finished:
+                try:
+                    run.check_deadlines(now)
+                except Exception as e:
+                    run.crash(e)
+                run.trace.flush()
+        for job in self.jobs:
+            job.tables.maybe_flush(now)
+
+    # ---- admission and planning ---------------------------------------------------------------
+    def _admit(self) -> None:
+        for job in self.jobs:
+            while job.todo and job.active < job.cap:
+                case = job.todo.popleft()
+                job.active += 1
+                self._admit_case(job, case)
+
+    def _admit_case(self, job: _Job, case: Case) -> None:
+        cfg, t0 = job.cfg, time.time()
+        trace: TraceWriter | None = None
+        try:
+            case_dir = cfg.out / case.id
+            case_dir.mkdir(parents=True, exist_ok=True)
+            trace = TraceWriter(case_dir, cfg.run_id, case.id, self.hooks, buffered=True)
+            trace.emit("case_started")
+            admit_case(case, cfg.contract)
+            if getattr(cfg.planner, "deterministic", False):
+                planned = job.plans.plan(cfg.planner, cfg.goal_text, case, cfg.contract, cfg.max_revisions,
+                                         trace.emit)
+                self._start(job, case, trace, t0, planned)
+            else:  # an LLM planner takes seconds: plan on a thread, the loop goes on
+                fut = self._planner_pool().submit(plan_and_compile, cfg.planner, cfg.goal_text, case,
+                                                  cfg.contract, cfg.max_revisions, trace.emit)
+                self.planning[fut] = (job, case, trace, t0)
+        except ToolError as e:
+            self._reject(job, case, trace, e.with_context(case=case.id), "rejected", t0)
+        except Exception as e:  # a crashing planner or a bug: this case's row, not the cohort's end
+            self._reject(job, case, trace, _internal(e), "failed", t0, traceback.format_exc())
+
+    def _planner_pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="bcer-plan")
+        return self._pool
+
+    def _collect_plans(self) -> None:
+        for fut in [f for f in self.planning if f.done()]:
+            job, case, trace, t0 = self.planning.pop(fut)
+            try:
+                sketch, wf, revisions = fut.result()
+                self._start(job, case, trace, t0, (sketch, wf, revisions, False))
+            except ToolError as e:
+                self._reject(job, case, trace, e.with_context(case=case.id), "rejected", t0)
+            except Exception as e:
+                self._reject(job, case, trace, _internal(e), "failed", t0, traceback.format_exc())
+
+    def _start(self, job: _Job, case: Case, trace: TraceWriter, t0: float, planned: tuple) -> None:
+        from .caserun import CaseRun
+        from .context import RunContext
+        from .outputs import write_plan
+
+        sketch, wf, revisions, reused = planned
+        cfg = job.cfg
+        _planner_events(cfg.planner, case.id, trace)  # llm: the LLM calls and plan verdicts of this case
+        write_plan(cfg.out / case.id, sketch)
+        trace.emit("planned", message=f"{len(sketch.steps)} steps by {cfg.planner.name}",
+                   data={"planner": cfg.planner.name, "revisions": revisions, "reused": reused})
+        trace.emit("compiled", message=f"{len(wf.nodes)} nodes, {len(wf.deliverables)} deliverables",
+                   data={"reused": reused})
+        ctx = RunContext(run_id=cfg.run_id, output_dir=cfg.out / case.id, seed=cfg.seed,
+                         read_roots=tuple(cfg.model_dirs), node_timeout_s=cfg.node_timeout_s,
+                         cache_dir=job.cache_dir, reviewer=job.reviewer)
+        run = CaseRun(wf, case, ctx, cfg.contract, job.repairer, self.hooks, trace, self.loop, self.cluster,
+                      on_done=lambda r: self._finished(job, r, t0, revisions))
+        self.active[run] = (job, case)
+        # wide = the cases of every cohort this loop drives (bench: all tasks) fill the cluster
+        fuse = cfg.fuse == "always" or (cfg.fuse == "auto" and wide_enough(self.n_run, self.cluster.get("CPU", 1)))
+        try:
+            run.start(announce=False, fuse=fuse)
+        except Exception as e:
+            run.crash(e)
+
+    # ---- finishing ----------------------------------------------------------------------------
+    def _finished(self, job: _Job, run: Any, t0: float, revisions: int) -> None:
+        self.active.pop(run, None)
+        try:
+            row = _outcome_row(run.case, job.cfg, run.outcome, revisions, t0)
+        except Exception as e:  # never leave a case unrecorded (the loop would wait for it forever)
+            log.exception("cannot build the row of case %s", run.case.id)
+            row = _error_row(run.case, job.cfg, _internal(e), "failed", t0)
+        self._record(job, run.case, run.trace, row)
+
+    def _reject(self, job: _Job, case: Case, trace: TraceWriter | None, err: ToolError, status: str,
+                t0: float, tb: str | None = None) -> None:
+        row = _error_row(case, job.cfg, err, status, t0)
+        if trace is not None:
+            _planner_events(job.cfg.planner, case.id, trace)  # llm: why no plan (rejected candidates)
+            trace.emit("case_finished", error_code=err.code.value, message=f"status={status}: {err.message}",
+                       data={"traceback": tb[-4000:]} if tb else None)
+        self._record(job, case, trace, row)
+
+    def _record(self, job: _Job, case: Case, trace: TraceWriter | None, row: dict[str, Any]) -> None:
+        job.active -= 1
+        job.rows[case.id] = row
+        lines: list[str] = []
+        try:
+            write_audit(row, job.cfg.out / case.id / ROW_FILE)
+            if trace is not None:
+                trace.close()
+                lines = trace.all_lines()
+        except OSError:  # a full disk: the row stays in the tables, the next run redoes the case
+            log.exception("cannot write the row or trace of case %s", case.id)
+        job.tables.add(row, lines)
+        if self.on_case_done:
+            try:
+                self.on_case_done(row)
+            except Exception:  # a progress display must not end the cohort
+                log.exception("on_case_done failed for %s", case.id)
+
+    def interrupt(self) -> None:
+        """Ctrl-C: cancel what runs, flush the traces of cases in flight (no _DONE for them)."""
+        self.loop.cancel_all()
+        for run in list(self.active):
+            try:
+                run.trace.emit("case_finished", error_code=ErrorCode.internal.value, message="interrupted")
+                run.trace.close()
+            except Exception:
+                pass
+        for fut, (_, _, trace, _) in self.planning.items():
+            fut.cancel()
+            trace.close()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _planner_events(planner: Any, case_id: str, trace: TraceWriter) -> None:
+    """A planner's pending events of a case (``pop_events``: LLM calls, rejected and accepted
+    plans, fallbacks), made while it planned, into the case's trace with their own times."""
+    pop = getattr(planner, "pop_events", None)
+    if pop is None:
+        return
+    try:
+        events = pop(case_id)
+    except Exception:  # the audit detail is lost, the plan stands
+        log.exception("cannot read the planner's events of case %s", case_id)
+        return
+    for e in events:
+        trace.emit(**e)
+
+
+def _internal(e: Exception) -> ToolError:
+    return ToolError(ErrorCode.internal, f"{type(e).__name__}: {e}")
+
+
+def run_cohorts(cohorts: Iterable[tuple[Iterable[Case], CohortConfig]],
+                on_case_done: Callable[[dict[str, Any]], None] | None = None,
+                hooks: Iterable = ()) -> list[CohortResult]:
+    """Run several cohorts from one driver loop (each with its own folder, cap and tables).
+
+    Returns:
+        One CohortResult per cohort, rows in input order.
+    """
+    from .cluster import ensure_ray
+
+    jobs = [_Job(cases, cfg) for cases, cfg in cohorts]
+    for job in jobs:
+        job.scan(on_case_done)
+    runner: _Runner | None = None
+    try:
+        if any(j.todo for j in jobs):
+            cluster = ensure_ray(next((j.cfg.address for j in jobs if j.cfg.address), None))
+            for job in jobs:
+                job.cap = max(1, job.cfg.max_in_flight or default_in_flight(cluster))
+                if job.repairer is None:
+                    job.repairer = rp.default_repairer(job.cfg.run_id) or False
+                    job.own_repairer = True
+                job.reviewer = resolve_reviewer(job.cfg.reviewer)
+            runner = _Runner(jobs, on_case_done, list(hooks), cluster)
+            runner.run()
+    except KeyboardInterrupt:
+        log.warning("interrupted: writing the tables of the cases that finished")
+        if runner is not None:
+            runner.interrupt()
+        for job in jobs:
+            _write_outputs(job)
+        raise
+    finally:
+        if runner is not None:
+            runner.close()
+        for job in jobs:
+            if job.own_repairer and hasattr(job.repairer, "close"):
+                job.repairer.close()
+            if job.reviewer is not None and job.reviewer is not job.cfg.reviewer:  # built here: released here
+                release_reviewer(job.reviewer)
+    for job in jobs:
+        _write_outputs(job)
+    return [job.result() for job in jobs]
 
 
 def run_cohort(cases: Iterable[Case], cfg: CohortConfig,
@@ -162,70 +470,14 @@ def run_cohort(cases: Iterable[Case], cfg: CohortConfig,
     Cases whose folder already holds ``_DONE`` are skipped (resume) and say so in their row.
     Writes ``cohort.parquet``, ``events.parquet`` and ``dataset_description.json`` under ``cfg.out``.
     """
-    from .cluster import ensure_ray
-
-    cfg.out = Path(cfg.out).resolve()
-    cfg.out.mkdir(parents=True, exist_ok=True)
-    cases = list(cases)
-    rows: list[dict[str, Any]] = []
-    todo = []
-    for case in cases:
-        prev = _resumed_row(case, cfg)
-        if prev is not None:
-            log.info("case %s already done (_DONE present): skipped", case.id)
-            rows.append(prev)
-            if on_case_done:
-                on_case_done(prev)
-        else:
-            todo.append(case)
-    if todo:
-        ensure_ray(cfg.address)
-        from ..tools.registry import load_all
-
-        load_all()  # before the case threads start planning
-        reflector = _reflector(cfg.run_id, 2 if cfg.max_in_flight > 2 else 1)
-        try:
-            with ThreadPoolExecutor(max_workers=max(1, cfg.max_in_flight), thread_name_prefix="bcer-case") as pool:
-                futures = {pool.submit(run_one, c, cfg, reflector, hooks): c for c in todo}
-                for fut in as_completed(futures):
-                    row = fut.result()
-                    rows.append(row)
-                    if on_case_done:
-                        on_case_done(row)
-        finally:
-            _release(reflector)
-    order = {c.id: i for i, c in enumerate(cases)}
-    rows.sort(key=lambda r: order.get(r["case"], len(order)))
-    result = CohortResult(cfg.out, rows, cfg.run_id)
-    write_cohort_outputs(result, cfg)
-    return result
+    return run_cohorts([(cases, cfg)], on_case_done, hooks)[0]
 
 
-def _reflector(run_id: str, size: int = 2):
-    """A small pool shared by the cases of the cohort (a later tier 2 holds an LLM client).
-    Named by run, so cohorts running side by side (one per task in ``bcer bench``) never share
-    a repair budget for cases that have the same id."""
-    from ..actors.reflector import ReflectorPool
-
-    return ReflectorPool(size, prefix=f"bcer_reflector_{run_id}")
-
-
-def _release(pool) -> None:
-    import ray
-
-    for member in getattr(pool, "members", []):
-        ray.kill(member, no_restart=True)
-
-
-def write_cohort_outputs(result: CohortResult, cfg: CohortConfig) -> None:
-    import pyarrow.parquet as pq
-
+def _write_outputs(job: _Job) -> None:
     from .. import __version__
 
-    pq.write_table(result.cases, cfg.out / "cohort.parquet")
-    events = result.events
-    if events.num_rows:
-        pq.write_table(events, cfg.out / "events.parquet")
+    result, cfg = job.result(), job.cfg
+    job.tables.finalize(result.rows, [c.id for c in job.cases])
     write_json({
         "Name": f"bcer derivatives: {cfg.contract.id if cfg.contract else 'custom plan'}",
         "BIDSVersion": "1.9.0", "DatasetType": "derivative",
@@ -235,3 +487,15 @@ def write_cohort_outputs(result: CohortResult, cfg: CohortConfig) -> None:
                  "n_cases": len(result.rows), "summary": result.summary(),
                  "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
     }, cfg.out / "dataset_description.json")
+
+
+def write_cohort_outputs(result: CohortResult, cfg: CohortConfig) -> None:
+    """Write the tables of a finished result (kept for callers of the former API)."""
+    job = _Job([], cfg)
+    job.rows = {r["case"]: r for r in result.rows}
+    job.cases = [Case(id=r["case"], root=str(cfg.out)) for r in result.rows]
+    _write_outputs(job)
+
+
+__all__ = ["COHORT_FILE", "CohortConfig", "CohortResult", "ROW_FILE", "admit_case", "default_in_flight",
+           "run_cohort", "run_cohorts", "write_cohort_outputs"]

@@ -12,6 +12,10 @@ It checks and completes what was planned (DESIGN "Compiler"), never instantiates
 6. edges come from tokens plus ``after``; the graph must be acyclic;
 7. every contract milestone and deliverable is produced by some node.
 
+Rule 3 includes the role of a sequence (``_identity_problem``): a port named after a sequence
+takes that sequence, a port with a contract role takes a sequence of that role, and an input
+alternative stands in only for a missing input.
+
 All problems are collected and raised together as one :class:`CompileError`, so the Brain
 can revise its sketch in one round. Each error names the ``step``, the ``arg`` and, where
 there are any, the valid alternatives ("did you mean ...?").
@@ -83,14 +87,35 @@ class _Ctx:
         self.errors.append(ToolError(code, message, hint, **context))
 
 
-def resolve_registry(registry: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
-    """``registry`` itself, or the global tool registry with every tool module loaded."""
-    if registry is not None:
-        return registry
-    from ..tools.registry import REGISTRY, load_all
+class _GlobalRegistry(Mapping):
+    """The global tool registry, loading every tool module only when a name is missing or the
+    whole list is asked for (a plan of user tools compiles without importing torch)."""
 
-    load_all()
-    return REGISTRY
+    def _full(self) -> Mapping[str, Any]:
+        from ..tools.registry import REGISTRY, load_all
+
+        load_all()
+        return REGISTRY
+
+    def __getitem__(self, name: str) -> Any:
+        from ..tools.registry import REGISTRY
+
+        reg = REGISTRY.get(name)
+        return reg if reg is not None else self._full()[name]
+
+    def __iter__(self):
+        return iter(self._full())
+
+    def __len__(self) -> int:
+        return len(self._full())
+
+
+_GLOBAL = _GlobalRegistry()
+
+
+def resolve_registry(registry: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    """``registry`` itself, or the global tool registry (its modules loaded on demand)."""
+    return registry if registry is not None else _GLOBAL
 
 
 def _resolve_tool(ctx: _Ctx, step_id: str, name: str) -> Any | None:
@@ -141,7 +166,55 @@ def _check_seq(ctx: _Ctx, step_id: str, port: Port, tok: Token) -> str | None:
                   f"but @seq.{key} is {kind.value}", f"sequences of kind {port.kind.value}: {same}",
                   step=step_id, arg=port.name, token=tok.raw)
         return None
+    wrong = _identity_problem(ctx, step_id, port, key)
+    if wrong:
+        message, want = wrong
+        ctx.error(ErrorCode.schema, f"step {step_id!r}: {message}",
+                  f"bind {' or '.join(f'@seq.{k}' for k in want)}" if want else "", step=step_id,
+                  arg=port.name, token=tok.raw)
+        return None
     return f"@seq.{key}"
+
+
+def _canon(name: str) -> str:
+    return normalise_seq(name) or name
+
+
+def _identity_problem(ctx: _Ctx, step_id: str, port: Port, key: str) -> tuple[str, list[str]] | None:
+    """Rule 3b: a sequence must fit the role of the port it feeds (a semantic swap binds the
+    right kind of data to the wrong role, which no kind check sees):
+
+    - a port named after a sequence (``t1c``, ``adc``, ``dwi``, ``t2w``) takes that sequence
+      when the case has it;
+    - a port the contract gives a role (``roles: {tool.port: [sequences]}``) takes one of them;
+    - a contract input's alternative (``input_alternatives``) stands in only when the case
+      lacks the input itself.
+
+    Returns (message, sequence keys that would fit) or None.
+    """
+    have = {_canon(k): k for k in ctx.case.sequences}
+    got = _canon(key)
+    named = normalise_seq(port.name)
+    if named and named in have and got != named:
+        return (f"input {port.name!r} is the {named} input, but binds @seq.{key} (the case has {named})",
+                [have[named]])
+    contract = ctx.contract
+    if contract is None:
+        return None
+    tool = ctx.producers.get(step_id)
+    roles = contract.roles.get(f"{tool.name}.{port.name}") if tool is not None else None
+    if roles:
+        allowed = [_canon(r) for r in roles]
+        if got not in allowed:
+            fits = [have[a] for a in allowed if a in have]
+            return (f"input {port.name!r} of {tool.name} takes {' or '.join(roles)} in task {contract.id!r}, "
+                    f"not @seq.{key}", fits)
+    primary = {_canon(i) for i in contract.inputs}
+    for main, alts in contract.input_alternatives.items():
+        if got in {_canon(a) for a in alts} and got not in primary and _canon(main) in have:
+            return (f"@seq.{key} is an alternative to the task's input {main}, which the case has",
+                    [have[_canon(main)]])
+    return None
 
 
 def _check_node_ref(ctx: _Ctx, step_id: str, port: Port, tok: Token) -> str | None:

@@ -1,35 +1,66 @@
-"""What runs inside a Ray worker: one node's tool call, and one sequence load.
+"""What runs inside a Ray worker: one node (or a fused chain of nodes), and one sequence load.
 
-Both return their results as separate values (Ray ``num_returns``) followed by a small meta
+A node task returns one value per output field (Ray ``num_returns``) followed by a small meta
 dict, so a consumer receives exactly one field's ObjectRef and the driver learns timings,
-worker, device and digests without fetching any array. A ``ToolError`` is returned in the
-meta, not raised: it is a verdict for the Reflector, not a system failure for Ray to retry.
+worker, device, digests, cache use, written files and measurements without fetching any
+array. A ``ToolError`` is returned in the meta, not raised: it is a verdict for the
+Reflector, not a system failure for Ray to retry.
+
+The whole DAG of a case is submitted at once: a node task also receives the meta of every
+upstream it depends on (after its input values). When one of them did not succeed, the node
+does not run and says so (``not_run``); the driver repairs the failed upstream and
+resubmits it with its descendants. The worker that produced a deliverable writes it
+(sandbox-checked, atomic temp + rename) and digests it; the driver only records events.
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import importlib
 import importlib.util
 import logging
 import os
+import signal
 import sys
+import threading
 import time
-from typing import Any
+import traceback
+from pathlib import Path
+from typing import Any, Iterator
 
+from ..contracts.artifacts import kind_of
 from ..contracts.case import SequenceRef
 from ..contracts.errors import ErrorCode, ToolError
 from ..tools.registry import REGISTRY, call_tool, load_all
-from .digest import artifact_digest, file_digest
+from .cache import CorruptEntry, NodeCache, node_key, subfield_digest
+from .clock import report_start
+from .digest import artifact_digest, canonical_json, file_digest, params_digest
 
 log = logging.getLogger(__name__)
+_TRACEBACK_CHARS = 4000
+
+
+class _NodeTimeout(BaseException):
+    """Raised into a running tool by SIGALRM. A BaseException, so the ``except Exception`` of
+    ``call_tool`` (and of tools) cannot turn a timeout into an ``internal`` error."""
+
+
+_WORKER_ID: str | None = None
 
 
 def _worker_id() -> str:
-    try:
-        import ray
+    """The Ray node this worker process runs on (fixed for the process: looked up once)."""
+    global _WORKER_ID
+    if _WORKER_ID is None:
+        try:
+            import ray
 
-        return ray.get_runtime_context().get_node_id()[:12]
-    except Exception:  # outside a Ray worker (tests calling run_node directly)
-        return "local"
+            if not ray.is_initialized():  # outside Ray (run in process): never start a cluster here
+                return "local"
+            _WORKER_ID = ray.get_runtime_context().get_node_id()[:12]
+        except Exception:
+            return "local"
+    return _WORKER_ID
 
 
 def _import_module(module: str, file: str) -> None:
@@ -47,15 +78,19 @@ def _import_module(module: str, file: str) -> None:
 
 
 def _ensure_tool(name: str, module: str, file: str = "") -> None:
-    """Tools registered outside ``bcer.tools`` (plugins, test modules) are imported by module."""
-    load_all()
-    if name not in REGISTRY and module:
+    """Import only the tool's own module (a worker running light tools never pays for the
+    imports of heavy ones); the whole of ``bcer.tools`` only when that does not register it."""
+    if name in REGISTRY:
+        return
+    if module:
         try:
             _import_module(module, file)
         except Exception as e:
             raise ToolError(ErrorCode.internal, f"cannot import module {module!r} of tool {name!r}: "
                             f"{type(e).__name__}: {e}", hint="make it importable on every Ray node "
                             "(runtime_env py_modules or an installed package)", tool=name) from e
+    if name not in REGISTRY:
+        load_all()
     if name not in REGISTRY:
         raise ToolError(ErrorCode.internal, f"tool {name!r} is not registered in this worker",
                         hint=f"make module {module!r} importable on every Ray node", tool=name)
@@ -83,37 +118,173 @@ def _stamp_origin(artifact: Any, node: str | None, field: str, tool: str) -> Non
         meta["origin"] = {"node": node, "field": field, "tool": tool}
 
 
-def run_node(spec: dict[str, Any], *values: Any) -> tuple[Any, ...]:
-    """Run one node: ``spec`` names the tool, ports, params and outputs; ``values`` are the
-    resolved inputs (Ray has already fetched the ObjectRefs), in ``spec["ports"]`` order.
+@contextlib.contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Interrupt the enclosed call after ``seconds`` (SIGALRM; main thread only, as Ray runs
+    tasks). Code stuck inside a C call is stopped by the driver's backstop instead."""
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
 
-    Returns:
-        one value per ``spec["outputs"]`` field, then the meta dict (``ok``, ``error``,
-        ``output_digests``, timings, worker, pid, device).
-    """
+    def _raise(signum: int, frame: Any) -> None:
+        raise _NodeTimeout()
+
+    previous = signal.signal(signal.SIGALRM, _raise)
+    signal.setitimer(signal.ITIMER_REAL, float(seconds))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _input_digests(spec: dict[str, Any], deps: tuple[dict[str, Any], ...]) -> dict[str, str | None]:
+    """port -> content digest of what it received (from the upstream metas: no rehashing)."""
+    out: dict[str, str | None] = {}
+    for (port, path), (dep, field) in zip(spec["ports"], spec["port_deps"]):
+        meta = deps[dep]
+        digest = meta.get("content_digest") if field is None else meta.get("output_digests", {}).get(field)
+        out[port] = subfield_digest(digest, tuple(path))
+    return out
+
+
+def _run_tool(spec: dict[str, Any], values: tuple[Any, ...], device: str) -> dict[str, Any]:
+    inputs = {port: _pluck(v, tuple(path)) for (port, path), v in zip(spec["ports"], values)}
+    with time_limit(spec.get("timeout_s")):
+        result = call_tool(spec["tool"], inputs, spec["params"], device=device)
+    missing = [f for f in spec["outputs"] if f not in result]
+    if missing:
+        raise ToolError(ErrorCode.internal, f"{spec['tool']} returned no field {missing[0]!r}", tool=spec["tool"])
+    return {f: result[f] for f in spec["outputs"]}
+
+
+def _cached_or_run(spec: dict[str, Any], values: tuple[Any, ...], deps: tuple[dict[str, Any], ...],
+                   device: str) -> tuple[dict[str, Any], dict[str, str], dict[str, Any]]:
+    """(outputs, output digests, cache info): from the cache when an entry exists, else run."""
+    cache_dir = spec.get("cache_dir")
+    if not cache_dir:
+        outputs = _run_tool(spec, values, device)
+        return outputs, {f: artifact_digest(v) for f, v in outputs.items()}, {}
+    cache = NodeCache(cache_dir)
+    inputs = _input_digests(spec, deps)
+    key = node_key(spec["tool"], spec["version"], spec["params"], inputs, device)
+    info: dict[str, Any] = {"key": key, "input_digests": inputs}
+    try:
+        hit = cache.get(key)
+    except CorruptEntry as e:
+        log.warning("cache entry %s of %s is corrupt (%s): recomputing", key[:12], spec["node"], e)
+        cache.discard(key)
+        info["replaced_corrupt"] = str(e)
+        hit = None
+    if hit is not None:
+        outputs, manifest = hit
+        info.update(hit=True, stored_by={k: manifest.get(k) for k in ("run", "case", "node", "stored")},
+                    tool_duration_s=manifest.get("duration_s"))
+        return outputs, dict(manifest["output_digests"]), info
     t0 = time.time()
-    outputs: list[str] = spec["outputs"]
+    outputs = _run_tool(spec, values, device)
+    digests = {f: artifact_digest(v) for f, v in outputs.items()}
+    try:
+        cache.put(key, outputs, {"tool": spec["tool"], "version": spec["version"], "params": spec["params"],
+                                 "device": device, "input_digests": inputs, "output_digests": digests,
+                                 "run": spec.get("run"), "case": spec["case"], "node": spec["node"],
+                                 "duration_s": time.time() - t0})
+        info["stored"] = True
+    except Exception as e:  # a full or read-only cache, an unpicklable output: never fails the node
+        log.warning("cannot store cache entry of %s: %s", spec["node"], e)
+        info["store_error"] = f"{type(e).__name__}: {e}"
+    return outputs, digests, info
+
+
+def _write_deliverables(spec: dict[str, Any], outputs: dict[str, Any],
+                        digests: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Write this node's deliverables (and intermediates) where the driver said; digest them."""
+    from . import outputs as out
+    from .sandbox import Sandbox
+
+    if not spec.get("writes") and not spec.get("intermediates"):
+        return {}, {}
+    box = Sandbox(spec["input_root"], spec["output_dir"], spec.get("read_roots", ()))
+    written: dict[str, Any] = {}
+    measurements: dict[str, Any] = {}
+    for w in spec.get("writes", ()):
+        art = outputs[w["field"]]
+        name = w["file"] if Path(w["file"]).suffix else out.default_file(w["file"], kind_of(art))
+        files = out.write_artifact(art, box.check_write(Path(spec["output_dir"]) / name))
+        written[w["name"]] = {"node": spec["node"], "field": w["field"], "files": [str(f) for f in files],
+                              "file_digests": {f.name: file_digest(f) for f in files},
+                              "artifact_digest": digests.get(w["field"])}
+        measurements.update(out.measurements_of(w["name"], art))
+    if spec.get("intermediates"):
+        for f, art in outputs.items():
+            target = Path(spec["output_dir"]) / "intermediates" / out.default_file(f"{spec['node']}_{f}", kind_of(art))
+            out.write_artifact(art, box.check_write(target))
+    return written, measurements
+
+
+def _failure(t0: float, device: str, err: ToolError, phase: str) -> dict[str, Any]:
+    return _meta(t0, device, ok=False, phase=phase, error=err.to_dict())
+
+
+def execute_node(spec: dict[str, Any], values: tuple[Any, ...],
+                 deps: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """Run one node in this process: ``(outputs or None, meta)``. Never raises."""
+    t0 = time.time()
     device = spec.get("device", "cpu")
+    upstream = next((i for i, d in enumerate(deps) if not d.get("ok")), None)
+    if upstream is not None:  # an upstream failed: this submission is void, the driver resubmits
+        return None, {"ok": False, "not_run": True, "upstream": spec["deps"][upstream], "t_start": t0,
+                      "t_end": t0, "duration_s": 0.0, "device": device}
+    report_start(spec)  # with a node clock, the node's time limit counts from here, not from submission
+    args = params_digest(spec.get("inputs", {}), spec["params"])  # the trace's args_digest
+    outputs, meta = _execute(spec, values, deps, device)
+    meta["args_digest"] = args
+    return outputs, meta
+
+
+def _execute(spec: dict[str, Any], values: tuple[Any, ...], deps: tuple[dict[str, Any], ...],
+             device: str) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    t0 = time.time()
+    phase = "run"
     try:
         _ensure_tool(spec["tool"], spec.get("module", ""), spec.get("module_file", ""))
         t0 = time.time()  # the run interval is the tool's own, not the worker's first imports
-        inputs = {port: _pluck(v, tuple(path)) for (port, path), v in zip(spec["ports"], values)}
-        result = call_tool(spec["tool"], inputs, spec["params"], device=device)
-        missing = [f for f in outputs if f not in result]
-        if missing:
-            raise ToolError(ErrorCode.internal, f"{spec['tool']} returned no field {missing[0]!r}",
-                            tool=spec["tool"])
-        for f in outputs:  # every output names where it came from (report evidence ids, audit)
-            _stamp_origin(result[f], spec.get("node"), f, spec["tool"])
-        digests = {f: artifact_digest(result[f]) for f in outputs}
+        outputs, digests, cache = _cached_or_run(spec, values, deps, device)
+        for f, art in outputs.items():  # every output names where it came from (report evidence ids, audit)
+            _stamp_origin(art, spec.get("node"), f, spec["tool"])
+        phase = "write"
+        written, measurements = _write_deliverables(spec, outputs, digests)
+    except _NodeTimeout:
+        err = ToolError(ErrorCode.timeout, f"{spec['tool']} ran past its time limit of {spec.get('timeout_s')} s",
+                        hint="raise the tool's Resources.timeout_s or --node-timeout", tool=spec["tool"])
+        return None, _failure(t0, device, err.with_context(node=spec.get("node"), case=spec.get("case")), phase)
     except ToolError as e:
         e.with_context(node=spec.get("node"), case=spec.get("case"), device=device)
-        return (*([None] * len(outputs)), _meta(t0, device, ok=False, error=e.to_dict()))
+        return None, _failure(t0, device, e, phase)
     except (KeyError, AttributeError) as e:  # a subfield path that the value does not have
         err = ToolError(ErrorCode.bad_reference, f"input subfield not found: {e}", tool=spec["tool"],
                         node=spec.get("node"))
-        return (*([None] * len(outputs)), _meta(t0, device, ok=False, error=err.to_dict()))
-    return (*(result[f] for f in outputs), _meta(t0, device, ok=True, error=None, output_digests=digests))
+        return None, _failure(t0, device, err, phase)
+    except Exception as e:  # engine code in the worker (writes, cache): still a typed verdict
+        err = ToolError(ErrorCode.internal, f"{type(e).__name__} in the worker running {spec['tool']}: {e}",
+                        tool=spec["tool"], node=spec.get("node"),
+                        traceback=traceback.format_exc()[-_TRACEBACK_CHARS:])
+        return None, _failure(t0, device, err, phase)
+    return outputs, _meta(t0, device, ok=True, error=None, output_digests=digests, cache=cache,
+                          written=written, measurements=measurements)
+
+
+def run_node(spec: dict[str, Any], *args: Any) -> tuple[Any, ...]:
+    """Ray entry point of one node: ``args`` = input values (in ``spec["ports"]`` order, Ray has
+    resolved the ObjectRefs) then the metas of the node's dependencies (``spec["deps"]``).
+
+    Returns:
+        one value per ``spec["outputs"]`` field, then the meta dict.
+    """
+    n = len(spec["ports"])
+    outputs, meta = execute_node(spec, args[:n], args[n:])
+    values = [None] * len(spec["outputs"]) if outputs is None else [outputs[f] for f in spec["outputs"]]
+    return (*values, meta)
 
 
 def load_sequence_task(ref: SequenceRef) -> tuple[Any, dict[str, Any]]:
@@ -133,7 +304,10 @@ def load_sequence_task(ref: SequenceRef) -> tuple[Any, dict[str, Any]]:
     except Exception as e:  # a reader crashing on a bad file is still that file's fault
         err = ToolError(ErrorCode.schema, f"cannot read {ref.path}: {type(e).__name__}: {e}", file=ref.path)
         return None, _meta(t0, "cpu", ok=False, error=err.to_dict())
-    return artifact, _meta(t0, "cpu", ok=True, error=None, sha256=digest, frames=extra)
+    # what a consumer's cache key sees: the bytes AND how they were read (format, options)
+    content = hashlib.sha256(canonical_json({"sha256": digest, "frames": extra, "format": ref.format,
+                                             "options": ref.options, "kind": ref.kind.value})).hexdigest()
+    return artifact, _meta(t0, "cpu", ok=True, error=None, sha256=digest, frames=extra, content_digest=content)
 
 
-__all__ = ["load_sequence_task", "run_node"]
+__all__ = ["execute_node", "load_sequence_task", "run_node", "time_limit"]

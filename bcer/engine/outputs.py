@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import io
 import logging
+import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -104,53 +106,95 @@ def measurements_of(name: str, artifact: Any, limit: int = 64) -> dict[str, Any]
     return dict(list(out.items())[:limit])
 
 
-def write_workflow(case_dir: str | Path, workflow: Workflow) -> Path:
-    return write_json(workflow.model_dump(mode="json"), Path(case_dir) / "workflow.json")
+def audit_json(obj: Any) -> bytes:
+    """Indented JSON of an audit record (pydantic-core's encoder: the driver writes five of
+    these per case, so the pure-Python ``indent`` encoder would cost more than the case)."""
+    import pydantic_core
+
+    return pydantic_core.to_json(obj, indent=2, fallback=lambda o: to_jsonable(o))
+
+
+def write_audit(obj: Any, path: str | Path) -> Path:
+    """Write an audit record atomically (temp file + rename) into an existing folder (the
+    case folder: no ``mkdir`` per file, a per-process temp name instead of ``mkstemp``)."""
+    path = os.fspath(path)
+    tmp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.{os.getpid()}.{threading.get_ident()}.tmp"
+    payload = audit_json(obj)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except FileNotFoundError:  # the folder does not exist yet: the slow, general path
+        return atomic_write_bytes(path, payload)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(path)
+
+
+def write_workflow(case_dir: str | Path, workflow: Workflow | dict[str, Any]) -> Path:
+    data = workflow.model_dump(mode="json") if hasattr(workflow, "model_dump") else workflow
+    return write_audit(data, Path(case_dir) / "workflow.json")
 
 
 def write_plan(case_dir: str | Path, sketch: Any) -> Path:
     """``plan.json``: the sketch as the Brain emitted it (pydantic model or dict)."""
     data = sketch.model_dump(mode="json") if hasattr(sketch, "model_dump") else sketch
-    return write_json(data, Path(case_dir) / "plan.json")
+    return write_audit(data, Path(case_dir) / "plan.json")
 
 
 def build_provenance(workflow: Workflow, records: dict[str, dict[str, Any]],
                      deliverables: dict[str, dict[str, Any]], inputs: dict[str, dict[str, Any]],
-                     run_id: str) -> dict[str, Any]:
+                     run_id: str, case_id: str | None = None) -> dict[str, Any]:
     """``provenance.json`` content: for each deliverable the chain of nodes that made it.
 
     Args:
         records: node id -> what ran (tool, version, params, inputs, device, output digests...).
-        deliverables: name -> {node, field, files, artifact_digest}.
+        deliverables: name -> {node, field, files, artifact_digest, file_digests}; the worker
+            that wrote a deliverable digests its files (``file_digests``), else they are read here.
         inputs: sequence name -> {path, format, sha256}.
+        case_id: the case (default: the workflow's).
     """
-    import networkx as nx
-
-    g = workflow.to_networkx()
     order = {n.id: i for i, n in enumerate(workflow.nodes)}
+    ups: dict[str, set[str]] = {n.id: set(n.after) for n in workflow.nodes}
+    for u, v in workflow.edges:
+        ups.setdefault(v, set()).add(u)
     out: dict[str, Any] = {}
     for name, d in deliverables.items():
-        chain = sorted(nx.ancestors(g, d["node"]) | {d["node"]}, key=lambda n: order.get(n, 0))
+        chain = sorted(_ancestors(ups, d["node"]) | {d["node"]}, key=lambda n: order.get(n, 0))
         used_seqs = sorted({t.split(".", 2)[1] for n in chain for t in records.get(n, {}).get("inputs", {}).values()
                             if t.startswith("@seq.")})
         out[name] = {
             "node": d["node"], "field": d["field"], "artifact_digest": d.get("artifact_digest"),
-            "files": {str(Path(f).name): file_digest(f) for f in d.get("files", []) if Path(f).exists()},
+            "files": d.get("file_digests") or {str(Path(f).name): file_digest(f) for f in d.get("files", [])
+                                                if Path(f).exists()},
             "chain": [dict(records.get(n, {"node": n, "status": "not run"}), node=n) for n in chain],
             "inputs": {s: inputs.get(s) for s in used_seqs},
         }
-    return {"run_id": run_id, "case": workflow.case_id, "task": workflow.task,
+    return {"run_id": run_id, "case": case_id or workflow.case_id, "task": workflow.task,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "deliverables": out}
 
 
+def _ancestors(ups: dict[str, set[str]], node: str) -> set[str]:
+    seen, todo = set(), [node]
+    while todo:
+        for u in ups.get(todo.pop(), ()):
+            if u not in seen:
+                seen.add(u)
+                todo.append(u)
+    return seen
+
+
 def write_provenance(case_dir: str | Path, provenance: dict[str, Any]) -> Path:
-    return write_json(provenance, Path(case_dir) / "provenance.json")
+    return write_audit(provenance, Path(case_dir) / "provenance.json")
 
 
 def write_done(case_dir: str | Path, info: dict[str, Any]) -> Path:
     """``_DONE`` marks a finished, validated case (resume skips it); written last."""
-    return write_json(info, Path(case_dir) / DONE_FILE)
+    return write_audit(info, Path(case_dir) / DONE_FILE)
 
 
-__all__ = ["DONE_FILE", "build_provenance", "default_file", "measurements_of", "write_artifact",
+__all__ = ["DONE_FILE", "audit_json", "build_provenance", "write_audit", "default_file", "measurements_of", "write_artifact",
            "write_done", "write_plan", "write_provenance", "write_workflow"]

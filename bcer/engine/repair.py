@@ -1,28 +1,86 @@
-"""The executor's side of local repair: describe a failure to the Reflector, apply its Patch.
+"""The executor's side of local repair: the repairer protocols, describing a failure, applying a Patch.
 
-The Reflector (``bcer.actors.reflector``) decides; the executor only builds the ``Failure``
-(what failed, what is bindable now, what was bound) and applies the verdict to the running
-node. A Reflector that cannot be reached or that crashes is a Halt, never a crash.
+A repairer (the Reflector, ``bcer.actors.reflector``, implements it) decides; the engine only
+builds the ``Failure`` (what failed, what is bindable now, what was bound) and applies the
+verdict to the running workflow. The engine never imports ``actors``: the API, CLI and bench
+build the run's repairer pool and hand it in; for direct engine use (``run_case_workflow``
+without one) ``set_default_repairer`` lets the actors package register how to build it.
+A repairer that cannot be reached, crashes or times out is a Halt, never a crash.
 """
 from __future__ import annotations
 
 import logging
-import zlib
-from typing import Any
+from typing import Any, Callable, Protocol, runtime_checkable
 
+from ..contracts.case import Case
 from ..contracts.errors import ErrorCode
-from ..contracts.workflow import Node
+from ..contracts.repair import Failure, Halt, Patch
+from ..contracts.task import TaskContract
+from ..contracts.workflow import Node, Workflow
 from ..tools.registry import get_tool
 from .tokens import parse_token
 
 log = logging.getLogger(__name__)
 
 
-def available_artifacts(run: Any) -> dict[str, str]:
-    """token -> ArtifactKind value of everything bindable now (sequences and finished outputs)."""
+@runtime_checkable
+class Repairer(Protocol):
+    """Answers a failed node with a Patch or a Halt (in process, or a Ray actor handle whose
+    ``repair.remote`` returns the same)."""
+
+    def repair(self, failure: Failure, workflow: Workflow, case: Case,
+               contract: TaskContract | None = None) -> Patch | Halt: ...
+
+
+@runtime_checkable
+class RepairerPool(Protocol):
+    """The repairers of one run; a case always goes to the same one (its budget lives there)."""
+
+    def for_case(self, case_id: str) -> Repairer: ...
+
+
+_DEFAULT: Callable[[str], RepairerPool] | None = None
+
+
+def set_default_repairer(factory: Callable[[str], RepairerPool] | None) -> None:
+    """Register ``factory(run_id) -> RepairerPool`` for runs that were handed no repairer."""
+    global _DEFAULT
+    _DEFAULT = factory
+
+
+def default_repairer(run_id: str) -> RepairerPool | None:
+    """The registered default pool for ``run_id``, or None (failures are then not repaired)."""
+    if _DEFAULT is None:
+        log.warning("no repairer registered (import bcer.actors.reflector or pass one): failures are not repaired")
+        return None
+    try:
+        return _DEFAULT(run_id)
+    except Exception:
+        log.exception("cannot build the default repairer: failures are not repaired")
+        return None
+
+
+def repairer_for(given: Any, case_id: str) -> Any:
+    """The repairer of one case: a pool's member, or the given repairer itself."""
+    if given is None or given is False:
+        return None
+    if hasattr(given, "for_case"):
+        return given.for_case(case_id)
+    return given
+
+
+def is_remote(repairer: Any) -> bool:
+    return hasattr(getattr(repairer, "repair", None), "remote")
+
+
+def available_artifacts(run: Any, failed: str) -> dict[str, str]:
+    """token -> ArtifactKind value of everything bindable now: the case's sequences and the
+    outputs of nodes that succeeded or are running (their ObjectRefs exist), except the
+    failed node and what depends on it (binding those would make a cycle)."""
     avail = {f"@seq.{k}": ref.kind.value for k, ref in run.case.sequences.items()}
+    below = run.descendants(failed) | {failed}
     for n in run.wf.nodes:
-        if run.status.get(n.id) != "succeeded":
+        if n.id in below or run.status.get(n.id) not in ("succeeded", "running"):
             continue
         spec = get_tool(n.tool).spec
         for f in n.outputs:
@@ -53,67 +111,76 @@ def bound_kinds(run: Any, node: Node) -> dict[str, str]:
     return kinds
 
 
-REFLECTOR_POOL = 2
+def build_failure(run: Any, node: Node, err: dict[str, Any], attempt: int) -> Failure:
+    return Failure(case_id=run.case.id, node=node.model_copy(deep=True), error=err, attempt=attempt,
+                   available=available_artifacts(run, node.id), bound_kinds=bound_kinds(run, node),
+                   has_gpu=float(run.cluster.get("GPU", 0)) > 0)
 
 
-def _registry_for_actor(run: Any) -> dict[str, Any] | None:
-    """None when every tool of the workflow ships with bcer (the actor loads those itself);
-    else a snapshot of the registry, so unpickling it imports the plugin tools' modules in
-    the actor (they must be importable by name there, e.g. from the working directory)."""
-    from ..tools.registry import REGISTRY, load_all
-
-    load_all()
-    if all(get_tool(n.tool).fn.__module__.startswith("bcer.") for n in run.wf.nodes):
-        return None
-    return dict(REGISTRY)
-
-
-def _reflector(run: Any) -> Any:
-    """The given reflector, else a member of this run's named actor pool (get-or-create), so
-    cases of one run share a few actors and a later run starts with fresh budgets."""
-    if run.reflector is None:
-        try:
-            from ..actors.reflector import reflector_actor
-
-            slot = zlib.crc32(run.case.id.encode()) % REFLECTOR_POOL
-            run.reflector = reflector_actor(name=f"bcer-reflector-{run.ctx.run_id}-{slot}",
-                                            registry=_registry_for_actor(run))
-        except Exception:
-            log.exception("no reflector available: failures of case %s are not repaired", run.case.id)
-            run.reflector = False
-    return run.reflector or None
-
-
-def ask_reflector(run: Any, node: Node, err: dict[str, Any], attempt: int) -> Any:
-    """The Reflector's verdict (a Patch or a Halt) for this failure; None without a reflector."""
-    from ..actors.reflector import Failure, Halt
-
-    refl = _reflector(run)
-    if refl is None:
-        return None
-    failure = Failure(case_id=run.case.id, node=node.model_copy(deep=True), error=err, attempt=attempt,
-                      available=available_artifacts(run), bound_kinds=bound_kinds(run, node),
-                      has_gpu=float(run.cluster.get("GPU", 0)) > 0)
+def ask(repairer: Any, failure: Failure, workflow: Workflow, case: Case, contract: TaskContract | None) -> Any:
+    """A verdict (Patch or Halt) from an in-process repairer, or the ObjectRef of an actor's
+    answer (the caller waits for it in its event loop, so one slow repair blocks no other case)."""
     try:
-        if hasattr(getattr(refl, "repair", None), "remote"):
+        if is_remote(repairer):
+            return repairer.repair.remote(failure, workflow, case, contract)
+        return repairer.repair(failure, workflow, case, contract)
+    except Exception as e:  # a crashing repairer halts this node, not the driver
+        log.exception("repairer failed on %s/%s", case.id, failure.node.id)
+        return halt_for(failure.node.id, f"reflector failed: {type(e).__name__}: {e}")
+
+
+def repair_events(repairer: Any, case_id: str, timeout_s: float) -> list[dict[str, Any]]:
+    """The repairer's pending events of a case (tier-2 ``llm_call``s), for the case's trace;
+    a repairer without ``drain_events`` has none. Read right after a verdict, so the trace
+    shows each LLM call between the failure and the repair it led to."""
+    drain = getattr(repairer, "drain_events", None)
+    if drain is None:
+        return []
+    try:
+        if hasattr(drain, "remote"):
             import ray
 
-            ref = refl.repair.remote(failure, run.wf, run.case, run.contract)
-            return ray.get(ref, timeout=run.ctx.reflector_timeout_s)
-        return refl.repair(failure, run.wf, run.case, run.contract)
-    except Exception as e:  # an unreachable or crashing reflector halts this node, not the driver
-        log.exception("reflector failed on %s/%s", run.case.id, node.id)
-        return Halt(node_id=node.id, code=ErrorCode.internal.value,
-                    reason=f"reflector failed: {type(e).__name__}: {e}")
+            return list(ray.get(drain.remote(case_id), timeout=timeout_s))
+        return list(drain(case_id))
+    except Exception:  # the audit detail is lost, the verdict stands
+        log.exception("cannot read the repairer's events of case %s", case_id)
+        return []
 
 
-def apply_patch(node: Node, patch: Any, device_override: dict[str, str]) -> None:
-    """Apply a Patch in place to the running node: a Patch carries the node's COMPLETE new
-    inputs and params (re-validated by the Reflector); a device it names is pinned."""
+def halt_for(node_id: str, reason: str) -> Halt:
+    return Halt(node_id=node_id, code=ErrorCode.internal.value, reason=reason)
+
+
+def apply_patch(workflow: Workflow, node: Node, patch: Any, device_override: dict[str, str]) -> list[Node]:
+    """Apply a (validated) Patch in place to the running workflow; returns the inserted nodes.
+
+    A Patch carries the node's COMPLETE new inputs and params; a device it names is pinned.
+    ``action="insert"`` adds ``patch.insert`` just before the failed node (node order stays
+    topological) with its edges; the failed node's incoming edges are recomputed from its new
+    bindings. ``action="skip"`` changes nothing here: the executor records the skip.
+    """
+    inserted: list[Node] = []
+    if getattr(patch, "action", "retry") == "skip":
+        return inserted
+    if getattr(patch, "action", "retry") == "insert" and patch.insert is not None:
+        new = patch.insert.model_copy(deep=True)
+        workflow.nodes.insert(workflow.nodes.index(node), new)
+        workflow.edges = sorted(set(workflow.edges) | set(_incoming(new)))
+        inserted.append(new)
     node.inputs = dict(patch.inputs)
     node.params = dict(patch.params)
+    workflow.edges = sorted({e for e in workflow.edges if e[1] != node.id} | set(_incoming(node)))
     if getattr(patch, "device", None):
         device_override[node.id] = patch.device
+    return inserted
 
 
-__all__ = ["apply_patch", "ask_reflector", "available_artifacts", "bound_kinds"]
+def _incoming(node: Node) -> list[tuple[str, str]]:
+    """Edges into ``node`` from its ``@node`` bindings and its explicit ``after``."""
+    ups = {parse_token(t).name for t in node.inputs.values() if isinstance(t, str) and t.startswith("@node.")}
+    return sorted((u, node.id) for u in ups | set(node.after))
+
+
+__all__ = ["Repairer", "RepairerPool", "apply_patch", "ask", "available_artifacts", "bound_kinds",
+           "build_failure", "default_repairer", "halt_for", "is_remote", "repair_events", "repairer_for",
+           "set_default_repairer"]

@@ -21,6 +21,7 @@ swapped for a symlink later (tools open only the resolved path they are given).
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -86,7 +87,7 @@ class Sandbox:
                  read_roots: Iterable[str | os.PathLike] = ()):
         self.input_root = Path(input_root).expanduser().resolve()
         self.output_dir = Path(output_dir).expanduser().resolve()
-        self.read_roots = tuple(Path(r).expanduser().resolve() for r in read_roots)
+        self.read_roots = tuple(_resolved_root(os.fspath(r)) for r in read_roots)
 
     def check_read(self, path: Any, *, arg: str | None = None) -> Path:
         """The resolved path, if it lies in the input root, the output folder or a read root.
@@ -163,6 +164,13 @@ class Sandbox:
             else:
                 out[name] = str(check(value, arg=name))
         return out
+
+
+@functools.lru_cache(maxsize=64)
+def _resolved_root(path: str) -> Path:
+    """Read-only roots (bcer's assets, model folders) are the same for every case of a run:
+    resolved once, not per case."""
+    return Path(path).expanduser().resolve()
 
 
 def _is_pathish(value: Any) -> bool:

@@ -1,11 +1,13 @@
-"""The trace: one ``events.jsonl`` per case, flushed per line, plus executor lifecycle hooks.
+"""The trace: one ``events.jsonl`` per case (flushed per line, or in batches by the cohort loop),
+plus executor lifecycle hooks.
 
 Hooks follow Hamilton's lifecycle-adapter style: plain objects with any of the methods below,
 called with keyword-only arguments plus ``**future_kwargs`` so that new fields never break
 an old hook. A hook that raises is logged and ignored: a progress bar must not fail a case.
 
 - ``on_case_start(*, case, workflow, run_id, **kw)``
-- ``on_node_start(*, case, node, attempt, tool, **kw)``   (node handed to Ray)
+- ``on_node_start(*, case, node, attempt, tool, **kw)``   (the node's run began; reported
+  when its result arrives, since the whole DAG is handed to Ray at once)
 - ``on_node_end(*, case, node, status, duration_s, error, attempt, **kw)``
 - ``on_event(*, event, **kw)``                            (every trace line)
 - ``on_case_end(*, case, outcome, **kw)``
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from pathlib import Path
 from typing import Any, Iterable, Protocol
@@ -46,13 +49,16 @@ def call_hooks(hooks: Iterable[Any], method: str, **kwargs: Any) -> None:
 
 
 class TraceWriter:
-    """Appends Events to ``<case_dir>/events.jsonl``, one JSON object per line, flushed at once.
+    """Appends Events to ``<case_dir>/events.jsonl``, one JSON object per line.
 
     Args:
         case_dir: the case's output folder (created if missing).
         run_id: written on every event.
         case_id: written on every event.
         hooks: objects whose ``on_event(event=...)`` sees every event.
+        buffered: keep lines in memory until :meth:`flush` (the cohort loop flushes every
+            half second and at case end, so 10,000 cases do not cost a write per event);
+            unbuffered writers flush every line.
 
     >>> import tempfile; d = tempfile.mkdtemp()
     >>> with TraceWriter(d, "run1", "c1") as tw:
@@ -61,26 +67,59 @@ class TraceWriter:
     ['case_started']
     """
 
-    def __init__(self, case_dir: str | Path, run_id: str, case_id: str, hooks: Iterable[Any] = ()):
+    def __init__(self, case_dir: str | Path, run_id: str, case_id: str, hooks: Iterable[Any] = (),
+                 buffered: bool = False):
         self.path = Path(case_dir) / EVENTS_FILE
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not os.path.isdir(case_dir):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         self.run_id, self.case_id, self.hooks = run_id, case_id, list(hooks)
+        self.buffered = buffered
+        self.lines: list[str] = []  # every line of this run (the cohort's events table takes them)
+        try:
+            self.had_history = os.stat(self.path).st_size > 0
+        except FileNotFoundError:
+            self.had_history = False
+        self._pending: list[str] = []
         self._lock = threading.Lock()
+        self._closed = False
         self._fh = open(self.path, "a", encoding="utf-8")
 
     def emit(self, kind: str, **fields: Any) -> Event:
-        """Build, append and flush one Event; returns it."""
+        """Build and append one Event (written at once unless buffered); returns it."""
         event = Event(run=self.run_id, case=self.case_id, kind=kind, **fields)
         line = event.model_dump_json()
         with self._lock:
-            if not self._fh.closed:
-                self._fh.write(line + "\n")
-                self._fh.flush()
-        call_hooks(self.hooks, "on_event", event=event)
+            if not self._closed:
+                self.lines.append(line)
+                if self.buffered:
+                    self._pending.append(line)
+                else:
+                    self._fh.write(line + "\n")
+                    self._fh.flush()
+        if self.hooks:
+            call_hooks(self.hooks, "on_event", event=event)
         return event
 
-    def close(self) -> None:
+    def flush(self) -> None:
+        """Write the buffered lines (a crash loses at most what was not flushed yet)."""
         with self._lock:
+            if self._pending and not self._closed:
+                self._fh.write("\n".join(self._pending) + "\n")
+                self._fh.flush()
+            self._pending.clear()
+
+    def all_lines(self) -> list[str]:
+        """Every line of the file: earlier runs of this case, then this run's."""
+        self.flush()
+        if not self.had_history:
+            return list(self.lines)
+        with open(self.path, encoding="utf-8") as fh:
+            return [ln for ln in fh.read().splitlines() if ln.strip()]
+
+    def close(self) -> None:
+        self.flush()
+        with self._lock:
+            self._closed = True
             self._fh.close()
 
     def __enter__(self) -> "TraceWriter":
@@ -111,6 +150,33 @@ _COLUMNS: dict[str, str] = {"time": "float64", "run": "string", "case": "string"
                             "data": "string"}
 
 
+def events_schema():
+    """The fixed schema of ``events.parquet``."""
+    import pyarrow as pa
+
+    return pa.schema([(k, getattr(pa, v)()) for k, v in _COLUMNS.items()])
+
+
+def event_row(line: str) -> dict[str, Any] | None:
+    """One trace line as an ``events.parquet`` row (nested dicts as JSON text); None if torn."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    for col in ("patch", "data"):  # nested dicts travel as JSON text
+        if row.get(col) is not None:
+            row[col] = json.dumps(row[col], default=str)
+    return row
+
+
+def events_table_from_lines(lines: Iterable[str]):
+    """A pyarrow Table of trace lines (torn lines skipped)."""
+    import pyarrow as pa
+
+    rows = [r for r in map(event_row, lines) if r is not None]
+    return pa.Table.from_pylist(rows, schema=events_schema())
+
+
 def events_table(paths: Iterable[str | Path]):
     """Every event of the given ``events.jsonl`` files as a pyarrow Table (``patch``, ``data`` as JSON text)."""
     import pyarrow as pa
@@ -122,8 +188,8 @@ def events_table(paths: Iterable[str | Path]):
             for col in ("patch", "data"):  # nested dicts travel as JSON text
                 row[col] = json.dumps(row[col], default=str) if row[col] is not None else None
             rows.append(row)
-    schema = pa.schema([(k, getattr(pa, v)()) for k, v in _COLUMNS.items()])
-    return pa.Table.from_pylist(rows, schema=schema)
+    return pa.Table.from_pylist(rows, schema=events_schema())
 
 
-__all__ = ["EVENTS_FILE", "ExecutorHook", "TraceWriter", "call_hooks", "events_table", "read_events"]
+__all__ = ["EVENTS_FILE", "ExecutorHook", "TraceWriter", "call_hooks", "event_row", "events_schema", "events_table",
+           "events_table_from_lines", "read_events"]

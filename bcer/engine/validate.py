@@ -50,7 +50,9 @@ def _sequence_affine(case: Case, name: str) -> np.ndarray:
         return np.asarray(_nifti(Path(ref.path)).affine)  # header only: no voxel data read
     from ..tools.io import load_sequence
 
-    return np.asarray(load_sequence(ref).affine)
+    art = load_sequence(ref)
+    # k-space reconstructs to its recon grid (the header's recon matrix, centre-cropped)
+    return np.asarray(getattr(art, "recon_affine", art.affine))
 
 
 def _affine_matches_input(path: Path, v: Validator, case: Case) -> Check:

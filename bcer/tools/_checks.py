@@ -35,7 +35,7 @@ def require_same_grid(a, b, name_a: str, name_b: str, atol: float = 1e-3) -> Non
         raise ToolError(ErrorCode.shape, f"inputs {name_a!r} {np.shape(a.data)[:3]} and {name_b!r} "
                         f"{np.shape(b.data)[:3]} are not on the same voxel grid",
                         hint="resample one onto the other (register.apply or resample.to_grid)",
-                        arg=name_b)
+                        arg=name_b, reference=name_a)
 
 
 def require_volume(artifact, name: str, ndim: int = 3) -> np.ndarray:

@@ -126,6 +126,9 @@ def tool(name: str, *, version: str = "1.0", milestone: str | None = None,
 
 
 def get_tool(name: str) -> RegisteredTool:
+    reg = REGISTRY.get(name)
+    if reg is not None:  # a Ray worker running one tool never imports every other tool module
+        return reg
     load_all()
     try:
         return REGISTRY[name]

@@ -2,6 +2,7 @@
 Toy tools are registered here (no real MRI tools)."""
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Literal
 
@@ -270,22 +271,74 @@ def test_patch_schema_limits_llm_to_tool_params() -> None:
             jsonschema.validate(bad, s)
 
 
-def test_llm_tier_patch_is_schema_checked_and_revalidated(wf: Workflow) -> None:
-    seen = {}
+def answers(*payloads: Any) -> Any:
+    import importlib
 
-    def complete(prompt: str, schema: dict) -> str:
-        seen["prompt"] = prompt
-        return '{"params": {"sigma": 2.5}, "reason": "smaller kernel"}'
+    return importlib.import_module("tests.actors._fake_llm").ScriptedBackend(
+        [p if isinstance(p, (str, Exception)) else json.dumps(p) for p in payloads])
 
-    r = Reflector([Tier1(TOOLS), LLMTier(complete, TOOLS)], registry=TOOLS)
+
+def test_llm_tier_retry_is_schema_checked_revalidated_and_recorded(wf: Workflow) -> None:
+    backend = answers({"action": "retry", "params": {"sigma": 2.5}, "reason": "smaller kernel"})
+    r = Reflector([Tier1(TOOLS), LLMTier(backend, TOOLS)], registry=TOOLS)
     p = r.repair(failure(wf, "smooth", "shape", "image"), wf, CASE)  # tier 1 has nothing for shape
-    assert isinstance(p, Patch) and p.tier == 2 and p.params["sigma"] == 2.5 and "tr.smooth" in seen["prompt"]
-    evil = LLMTier(lambda prompt, schema: {"params": {"sigma": 2.0, "shell": "rm -rf /"}, "reason": "x"}, TOOLS)
-    assert evil.propose(failure(wf, "smooth", "shape"), wf, CASE) is None
-    out_of_bounds = Reflector([LLMTier(lambda p, s: {"params": {"sigma": 0.0}, "reason": "x"}, TOOLS)], registry=TOOLS)
-    assert isinstance(out_of_bounds.repair(failure(wf, "smooth", "shape"), wf, CASE), Halt)
-    broken = LLMTier(lambda p, s: "not json", TOOLS)
-    assert broken.propose(failure(wf, "smooth", "shape"), wf, CASE) is None
+    assert isinstance(p, Patch) and p.tier == 2 and p.action == "retry" and p.params["sigma"] == 2.5
+    req = backend.requests[0]
+    assert "tr.smooth" in req["messages"][0]["content"] and "[shape]" not in req["messages"][0]["content"]
+    assert "skip" not in req["json_schema"]["properties"]["action"]["enum"]  # smooth is required
+    events = r.drain_events(CASE.id)
+    assert [e["kind"] for e in events] == ["llm_call"] and events[0]["data"]["accepted"] is True
+    assert events[0]["node"] == "smooth" and events[0]["data"]["purpose"] == "repair" and r.drain_events(CASE.id) == []
+    for bad in ({"params": {"sigma": 2.0, "shell": "rm -rf /"}, "reason": "x"},  # not a param of the tool
+                {"params": {"sigma": 0.0}, "reason": "x"},                        # out of its bounds
+                {"action": "skip", "reason": "x"},                               # not offered for a required node
+                "not json"):
+        tier = LLMTier(answers(bad), TOOLS)
+        assert tier.propose(failure(wf, "smooth", "shape"), wf, CASE) is None
+        assert tier.pending_event["data"]["accepted"] is False and tier.pending_event["error_code"] == "schema"
+    # well formed but the compiler refuses it (the node would read its own output): rejected, recorded why
+    cyclic = Reflector([LLMTier(answers({"inputs": {"image": "@node.smooth.image"}, "reason": "x"}), TOOLS)],
+                       registry=TOOLS)
+    assert isinstance(cyclic.repair(failure(wf, "smooth", "shape"), wf, CASE), Halt)
+    event = cyclic.drain_events(CASE.id)[0]
+    assert event["data"]["accepted"] is False and event["data"]["reasons"] == ["compile"]
+    assert "rejected" in event["message"]
+
+
+def test_llm_tier_insert_skip_halt(wf: Workflow) -> None:
+    insert = {"action": "insert", "insert": {"tool": "tr.smooth", "inputs": {"image": "@seq.T2"}, "params": {"sigma": 2}},
+              "inputs": {"image": "@node.fix_apply_1.image"}, "reason": "smooth T2 first"}
+    backend = answers(insert)
+    p = Reflector([LLMTier(backend, TOOLS)], registry=TOOLS).repair(failure(wf, "apply", "shape", "image"), wf, CASE)
+    assert isinstance(p, Patch) and p.action == "insert" and p.insert.tool == "tr.smooth"
+    assert p.insert.id == "fix_apply_1" and p.insert.params["sigma"] == 2 and p.inputs["image"] == "@node.fix_apply_1.image"
+    schema = backend.requests[0]["json_schema"]
+    offered = sorted(b["properties"]["tool"]["const"] for b in schema["properties"]["insert"]["anyOf"])
+    assert offered == ["tr.gpu_only", "tr.segment", "tr.smooth"]  # tools that make an image or a mask
+    assert "@node.fix_apply_1.mask" in schema["properties"]["inputs"]["properties"]["mask"]["enum"]
+    unused = dict(insert, inputs={})  # inserting without consuming it is refused
+    assert isinstance(Reflector([LLMTier(answers(unused), TOOLS)], registry=TOOLS).repair(
+        failure(wf, "apply", "shape", "image"), wf, CASE), Halt)
+    optional = wf.model_copy(deep=True)
+    optional.node("vol").required = False
+    f = failure(optional, "vol", "numeric")
+    p = Reflector([LLMTier(answers({"action": "skip", "reason": "side measurement"}), TOOLS)],
+                  registry=TOOLS).repair(f, optional, CASE)
+    assert isinstance(p, Patch) and p.action == "skip" and p.reason == "llm: side measurement"
+    h = Reflector([LLMTier(answers({"action": "halt", "reason": "the scan is unusable"}), TOOLS)],
+                  registry=TOOLS).repair(failure(wf, "smooth", "shape"), wf, CASE)
+    assert isinstance(h, Halt) and h.code == "shape" and "unusable" in h.reason
+
+
+def test_llm_tier_never_sees_sandbox_or_missing_input_and_survives_a_dead_backend(wf: Workflow) -> None:
+    backend = answers({"params": {"sigma": 2.0}, "reason": "x"})
+    r = Reflector([LLMTier(backend, TOOLS)], registry=TOOLS)
+    for code in ("sandbox", "input_missing"):
+        assert isinstance(r.repair(failure(wf, "smooth", code), wf, CASE), Halt)
+    assert backend.requests == []
+    dead = Reflector([LLMTier(answers(ToolError("resource", "server down")), TOOLS)], registry=TOOLS)
+    assert isinstance(dead.repair(failure(wf, "smooth", "shape"), wf, CASE), Halt)
+    assert dead.drain_events(CASE.id)[0]["error_code"] == "resource"
 
 
 # --- the Ray actor wrapper -------------------------------------------------------------------------

@@ -28,11 +28,16 @@ def bench(ray_local, tmp_path_factory) -> tuple[dict, Path]:
 def test_every_task_succeeds_with_the_offline_brain(bench) -> None:
     report, out = bench
     assert json.loads((out / "bench.json").read_text())["tasks"].keys() == report["tasks"].keys()
-    assert sorted(report["tasks"]) == sorted(ALL) and len(ALL) == 9
+    assert sorted(report["tasks"]) == sorted(ALL) and len(ALL) == 10
     for task, s in report["tasks"].items():
         assert s["cases"] == 1 and s["sr"] == 1.0 and s["tcr"] == 1.0, (task, s["failures"])
         assert s["median_case_s"] > 0
+        # SR (delivered) and SR (plausible) side by side; no false alarm on today's phantoms
+        assert s["sr_delivered"] == 1.0 and s["implausible"] == 0
+        declared = {c.check for c in load_contract(task).plausibility}
+        assert set(s["plausibility"]) == declared and all(p["failed"] == 0 for p in s["plausibility"].values())
     for row in report["cases"]:
+        assert row["sr_delivered"] == 1 and all(p["ok"] is not False for p in row["plausibility"])
         case_dir = out / "runs" / row["task"] / row["case"]
         assert (case_dir / "_DONE").exists() and (case_dir / "workflow.json").exists()
         for d in load_contract(row["task"]).deliverables:
@@ -47,6 +52,8 @@ def test_quality_is_measured_against_truth(bench) -> None:
     assert q["denoise"]["psnr_gain_db"] >= 3.0 and 0 < q["denoise"]["nrmse"] < 1
     assert q["superres"]["psnr_gain_vs_nearest_db"] >= 1.0
     assert 0 < q["recon_cardiac"]["nrmse"] < 0.2 and 0 < q["recon_cardiac"]["nrmse_ratio_vs_zero_filled"] < 1
+    assert 0 < q["recon"]["nrmse"] < 0.2 and 0 < q["recon"]["nrmse_ratio_vs_zero_filled"] < 1
+    assert q["cardiac_report"]["ed_es_exact"] == 1.0
     assert q["brain_grade"]["grade_accuracy"] in (0.0, 1.0)
     assert q["cardiac_report"]["ef_error_pts"] <= 3.0 and q["cardiac_report"]["dice_lv"] >= 0.9
     assert q["prostate_report"]["gland_dice"] >= 0.85 and q["prostate_report"]["lesion_false_positives"] <= 1

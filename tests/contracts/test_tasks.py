@@ -1,4 +1,4 @@
-"""The nine task contracts: they load, and every milestone/deliverable is producible by a
+"""The task contracts (the nine of BCER plus the generic ``recon``): they load, and every milestone/deliverable is producible by a
 registered tool the contract allows."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from bcer.contracts import list_contracts, load_contract
 from bcer.contracts.sequences import canonical_sequence
 from bcer.tools import list_tools
 
-NINE = ["brain_grade", "brain_report", "cardiac_report", "denoise", "prostate_report", "recon_cardiac",
+NINE = ["brain_grade", "brain_report", "cardiac_report", "denoise", "prostate_report", "recon", "recon_cardiac",
         "register_prostate", "segment_brain", "superres"]
 
 

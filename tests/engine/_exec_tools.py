@@ -125,3 +125,63 @@ def gpu_only(img: Image, device: str = "cuda") -> Image:
 def writer(img: Image, params: Writer) -> Image:
     """Takes a path param (the sandbox must vet it before the task runs)."""
     return img
+
+
+@tool("xtoy.needs_even", resources=CHEAP, milestone="evened")
+def needs_even(img: Image) -> Image:
+    """Refuses an image whose first axis is odd-sized (like a tool that needs another grid)."""
+    if np.shape(img.data)[0] % 2:
+        raise ToolError("shape", f"first axis has odd size {np.shape(img.data)[0]}", arg="img")
+    return Image(np.asarray(img.data) * 3, img.affine)
+
+
+@tool("xtoy.pad_even", resources=CHEAP)
+def pad_even(img: Image) -> Image:
+    """Pads the first axis to an even size (the step a repair can insert)."""
+    data = np.asarray(img.data)
+    if data.shape[0] % 2:
+        data = np.concatenate([data, data[-1:]], axis=0)
+    return Image(data, img.affine)
+
+
+@tool("xtoy.flaky_extra", resources=CHEAP, milestone="extra")
+def flaky_extra(img: Image) -> Table:
+    """An optional side measurement that always fails (a repair may skip it)."""
+    raise ToolError("numeric", "side measurement diverged")
+
+
+class Tally(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tag: str
+    scratch_dir: str  # bound to @runtime.output_dir: the tally survives the worker
+    add: float = Field(1.0, ge=-100, le=100)
+    sleep_s: float = Field(0.0, ge=0, le=5)
+
+
+@tool("xtoy.tally", resources=CHEAP, milestone="tallied")
+def tally(img: Image, params: Tally) -> Image:
+    """Adds ``add`` and appends ``tag`` to ``tally.log``: a line per real execution."""
+    time.sleep(params.sleep_s)
+    with open(Path(params.scratch_dir) / "tally.log", "a") as fh:
+        fh.write(params.tag + "\n")
+    return Image(np.asarray(img.data) + params.add, img.affine)
+
+
+class Sleep(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    sleep_s: float = Field(5.0, ge=0, le=60)
+
+
+@tool("xtoy.sleepy", resources={**CHEAP, "timeout_s": 1.0})
+def sleepy(img: Image, params: Sleep) -> Image:
+    """Sleeps past its own default time limit (1 s, from its Resources)."""
+    time.sleep(params.sleep_s)
+    return img
+
+
+@tool("xtoy.stubborn", resources=CHEAP)
+def stubborn(img: Image, params: Sleep) -> Image:
+    """Blocks SIGALRM while it sleeps, like C code that never returns to the interpreter."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    time.sleep(params.sleep_s)
+    return img

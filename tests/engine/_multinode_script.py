@@ -59,12 +59,22 @@ def main(out: Path) -> dict:
                                             max_in_flight=4, address=cluster.address))
     report_nodes = len([n for n in ray.nodes() if n["Alive"]])
     events = result.events.to_pylist()
+    # the same cohort on the surviving nodes, undisturbed: every deliverable must be byte-identical
+    clean = run_cohort(cases, CohortConfig(out=out / "clean", planner=StaticPlanner(plan), contract=contract,
+                                           max_in_flight=4, address=cluster.address))
+
+    def digests(root: Path) -> dict:
+        return {c.id: json.loads((root / c.id / "provenance.json").read_text())["deliverables"]["out"]["files"]
+                for c in cases if (root / c.id / "provenance.json").exists()}
+
+    same = digests(out / "out") == digests(out / "clean") and len(digests(out / "clean")) == len(cases)
     values = {r["case"]: float(np.asarray(
         __import__("nibabel").load(str(out / "out" / r["case"] / "out.nii.gz")).dataobj).mean())
         for r in result.rows if r["status"] == "succeeded"}
     report = {"statuses": {r["case"]: r["status"] for r in result.rows}, "killed": killed.get("node", "")[:12],
               "workers": sorted({e["worker"].split(":")[0] for e in events if e["kind"] == "succeeded" and e["worker"]}),
-              "values": values, "alive_nodes_after": report_nodes}
+              "values": values, "alive_nodes_after": report_nodes, "identical_to_clean_run": same,
+              "clean_statuses": {r["case"]: r["status"] for r in clean.rows}}
     ray.shutdown()
     cluster.shutdown()
     return report

@@ -24,3 +24,5 @@ def test_cohort_survives_losing_a_worker_node(tmp_path):
     assert report["values"] == {f"c{i}": i + 2.0 for i in range(4)}
     assert len(report["workers"]) >= 2  # the work really was spread over several nodes
     assert report["alive_nodes_after"] == 2  # head + the surviving worker
+    assert set(report["clean_statuses"].values()) == {"succeeded"}
+    assert report["identical_to_clean_run"]  # file digests equal those of an undisturbed run

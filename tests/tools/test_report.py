@@ -35,6 +35,8 @@ def _resolve(art: Any, key: str) -> float:
     if isinstance(art, Findings):
         fid, attr = key.split(".", 1)
         f = next(f for f in art.items if f.id == fid)
+        if attr.startswith("box_voxel."):  # slice range of the lesion box (k axis)
+            return f.box_voxel[0][2] if attr.endswith("k_first") else f.box_voxel[1][2] - 1
         return getattr(f, attr) if attr == "volume_ml" else f.attributes[attr]
     if isinstance(art, Classification):
         m = re.fullmatch(r"rule_trace\[(\d+)\]\.(\w+)", key)
@@ -48,7 +50,7 @@ def check_numbers(report: Report, sources: dict[tuple[str, str], Any]) -> None:
     text = re.sub(r"`[^`]*`", "", report.text)  # ids, names and labels live in code spans
     tokens = NUMBER.findall(text)
     assert len(tokens) == len(report.evidence) > 0
-    ids = re.findall(r"`\[(.+?)\]`", report.text)
+    ids = [i for i in re.findall(r"`\[(.+?)\]`", report.text) if not i.endswith(".box_voxel")]  # box links
     assert ids == [e["id"] for e in report.evidence]
     for token, ev in zip(tokens, report.evidence):
         assert float(token) == ev["value"], ev
@@ -86,11 +88,14 @@ def test_prostate_report() -> None:
     check_numbers(rep, {("detect", "findings"): det, ("zones", "features"): feats,
                         ("pirads", "classification"): cls})
     assert rep.structured["domain"] == "prostate"
-    assert len(rep.structured["sections"][1]["findings"]) == len(det.items) == 2
+    assert len(rep.structured["lesions"]) == len(det.items) == 2
+    zones = {"PZ": "peripheral zone", "TZ": "transition zone"}
     for f in det.items:
         side = {"R": "right", "L": "left"}[f.side]
-        assert re.search(rf"`{f.id}` \(lesion\): `{f.zone}`, {side}", rep.text)
-    assert f"`PI-RADS {ph.truth['max_category']}`" in rep.text
+        assert re.search(rf"In the {side} {zones[f.zone]} there is a focal lesion \(`{f.id}`\)", rep.text)
+        assert {"lesion": f.id, "box_voxel": [list(b) for b in f.box_voxel]} in rep.structured["boxes"]
+    assert f"Overall assessment: `PI-RADS {ph.truth['max_category']}`" in rep.text
+    assert rep.text.index("## Findings") < rep.text.index("## Impression") < rep.text.index("## Measurements")
 
 
 def test_brain_report_and_defaults() -> None:
@@ -103,6 +108,22 @@ def test_brain_report_and_defaults() -> None:
     assert rep.structured["domain"] == "brain" and "`HGG`" in rep.text
     vol = next(e for e in rep.evidence if e["key"].endswith("volume_ml") and e["key"].startswith("rows[2]"))
     assert vol["value"] == pytest.approx(ph.truth["enhancing_ml"], abs=0.005)
+    side = {"L": "left", "R": "right"}[feats.rows[0]["side"]]
+    assert f"There is a {side}-hemispheric intra-axial tumour." in rep.text
+    assert "high-grade glioma (`HGG`)" in rep.text
+
+
+def test_brain_table_bound_to_both_ports_is_printed_once() -> None:
+    """The offline Brain binds the one features table to measurements AND features; the report
+    used to print the compartment block twice."""
+    ph = make_brain("r", 15, size="small", grade="LGG")
+    feats = _run("feat", "quant.roi_features", {"image": ph.sequences["T1c"], "mask": ph.labels["seg"]})["features"]
+    cls = _run("grade", "classify.glioma_grade", {"features": feats})["classification"]
+    rep = _run("report", "report.structured", {"measurements": feats, "features": feats, "classification": cls})["report"]
+    check_numbers(rep, {("feat", "features"): feats, ("grade", "classification"): cls})
+    for row in feats.rows:
+        assert rep.text.count(f"### `{row['roi']}`") == 1
+    assert "No enhancing component is seen." in rep.text and "(`LGG`)" in rep.text
 
 
 def test_errors() -> None:

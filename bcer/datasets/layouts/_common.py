@@ -149,7 +149,10 @@ def nifti_header(path: str | Path) -> dict[str, Any]:
 def sequence_header(ref: SequenceRef) -> dict[str, Any]:
     """Header info for any SequenceRef; formats without a cheap header are loaded."""
     if ref.format == "nifti":
-        return nifti_header(ref.path)
+        h = nifti_header(ref.path)
+        if ref.options.get("channel") is not None:  # one channel of a 4-D multi-channel file (MSD)
+            h["shape"] = tuple(h["shape"][:3])
+        return h
     if ref.format == "nifti_frames" and ref.options.get("frames"):
         h = nifti_header(ref.options["frames"][0])
         h["shape"] = tuple(h["shape"][:3]) + (len(ref.options["frames"]),)

@@ -3,7 +3,10 @@
 Each file holds ``kspace`` (slices, coils, kx, ky) and, in training/validation sets,
 ``reconstruction_rss`` (see ``bcer.tools.io.fastmri``). A case has sequence ``KSPACE``;
 ``ground_truth.references["KSPACE"]`` is the ``reconstruction_rss`` image when present;
-metadata has the file's ``acquisition`` and ``patient_id``. Phantom cohorts add a
+metadata has the file's ``acquisition`` and ``patient_id``, and the header's ``recon_matrix``
+and ``encoded_matrix`` ([x, y]: ISMRMRD reconSpace / the k-space matrix); the case domain is
+the phantom's, else read from the header (``bcer.tools.io.fastmri.domain_of``: knee, brain,
+prostate, cardiac, or ``unknown``). Phantom cohorts add a
 ``bcer_truth`` attribute (truth values + metadata) and, when the phantom has label maps,
 ``<stem>_<label>.nii.gz`` files beside the ``.h5`` (ignored by readers of real data).
 fastMRI is 2-D multi-slice: cine k-space cannot be written here (use the ``cmrx`` layout).
@@ -17,6 +20,7 @@ from typing import Any, Iterable
 from ...contracts.case import Case, SequenceRef
 from ...contracts.errors import ErrorCode, ToolError
 from ...tools.io.fastmri import fastmri_header, read_truth_attrs, write_fastmri
+from ..kspace import KSPACE_SOURCES
 from ..phantom import Phantom
 from ._common import nifti_header, read_each, ref_for, sanitize_case_id, write_volume
 
@@ -51,10 +55,10 @@ def _write_case(p: Phantom, out: Path) -> str:
         label_files[name] = {"path": f"{stem}_{name}.nii.gz",
                              "labels": {str(int(k)): v for k, v in mask.labels.items()}}
     doc = {"values": p.truth, "metadata": p.metadata, "domain": p.domain, "labels": label_files}
-    acq = {"cardiac": "CINE_BSSFP", "prostate": "AXT2"}.get(p.domain, "UNKNOWN")
+    _, _, acq, protocol = KSPACE_SOURCES.get(p.domain, ("", "", "UNKNOWN", ""))
     try:
         write_fastmri(out / f"{stem}.h5", ks, p.references.get("KSPACE"), patient_id=p.case_id,
-                      acquisition=acq, truth=doc)
+                      acquisition=acq, truth=doc, protocol=protocol)
     except ToolError as e:
         raise e.with_context(case=p.case_id)
     return stem
@@ -74,6 +78,8 @@ def _read_case(path: Path) -> Case:
     doc = read_truth_attrs(path) or {}
     metadata: dict[str, Any] = {k: head["attrs"][k] for k in ("acquisition", "patient_id") if k in head["attrs"]}
     metadata.update(doc.get("metadata", {}))
+    # the header, not a sidecar, says what the recon matrix is (readout oversampling removed)
+    metadata.update(recon_matrix=head["recon_matrix"], encoded_matrix=head["encoded_matrix"])
     references = ({"KSPACE": SequenceRef(path=str(path.resolve()), format="fastmri_h5", kind="image")
                    .model_dump(mode="json")} if "reconstruction_rss" in head["datasets"] else {})
     labels = {}
@@ -87,17 +93,20 @@ def _read_case(path: Path) -> Case:
     seq = SequenceRef(path=str(path.resolve()), format="fastmri_h5", kind="kspace",
                       options={"shape": list(head["shape"]), "n_coils": head["n_coils"]})
     return Case(id=sanitize_case_id(path.stem), root=str(path.parent.resolve()),
-                domain=doc.get("domain", "unknown"), sequences={"KSPACE": seq}, metadata=metadata,
+                domain=doc.get("domain") or head["domain"], sequences={"KSPACE": seq}, metadata=metadata,
                 ground_truth=gt, layout=NAME)
 
 
 def _check_labels(case: Case) -> None:
-    shape = tuple(case.sequences["KSPACE"].options["shape"])
+    """Label maps lie on the recon grid (the encoded grid centre-cropped to the recon matrix)."""
+    x, y, z = case.sequences["KSPACE"].options["shape"]
+    rx, ry = case.metadata.get("recon_matrix", [x, y])
+    shape = (min(rx, x) if y >= ry else y, min(ry, y), z)
     for name, r in (case.ground_truth or {}).get("labels", {}).items():
         got = nifti_header(r["path"])["shape"]
         if tuple(got[:3]) != shape:
             raise ToolError(ErrorCode.shape, f"label {name} of case {case.id} has grid {tuple(got[:3])}, "
-                            f"k-space images are {shape}", case=case.id, file=r["path"])
+                            f"k-space images are {shape} (recon matrix)", case=case.id, file=r["path"])
 
 
 def _read_checked(path: Path) -> Case:

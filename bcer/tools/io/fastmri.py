@@ -11,8 +11,13 @@ File form (as in the public fastMRI release):
 - attributes ``acquisition``, ``max``, ``norm``, ``patient_id`` (``max``/``norm`` of
   ``reconstruction_rss``), and ``acceleration``/``num_low_frequency`` with a mask.
 - ``ismrmrd_header``: XML whose ``encodedSpace``/``reconSpace`` give matrix size and field
-  of view (mm); the voxel size is FOV / matrix (z: FOV z is the slice thickness).
-fastMRI stores no patient orientation: real files get an axis-aligned affine centred on 0.
+  of view (mm); the voxel size is FOV / matrix (z: FOV z is the slice thickness). The
+  encoded matrix usually carries 2x readout oversampling (e.g. 640 x 368 for a 320 x 320
+  recon); ``reconstruction_rss`` is the RSS image centre-cropped to the recon matrix, and so
+  is every bcer reconstruction: ``KSpace.meta["recon_matrix"]`` is read from ``reconSpace``
+  (see ``KSpace.recon_crop``), ``meta["encoded_matrix"]`` is the k-space array's matrix.
+fastMRI stores no patient orientation: real files get an axis-aligned affine centred on 0;
+the reference image's affine is that grid's centre crop, so it lines up with the k-space.
 Files written by bcer add attributes ``bcer_affine`` (4x4 of the k-space grid),
 ``bcer_ref_affine``, ``bcer_meta`` and ``bcer_truth`` (JSON) so phantoms round-trip exactly.
 """
@@ -39,7 +44,8 @@ log = logging.getLogger(__name__)
 
 _NS = "http://www.ismrm.org/ISMRMRD"
 
-__all__ = ["read_fastmri", "read_fastmri_reference", "write_fastmri", "fastmri_header", "read_sequence"]
+__all__ = ["read_fastmri", "read_fastmri_reference", "write_fastmri", "fastmri_header", "read_sequence",
+           "domain_of", "recon_matrix_from_header"]
 
 
 def _open(path: str | Path) -> "h5py.File":
@@ -61,6 +67,44 @@ def _grid_from_xml(xml: str, space: str, path: Path) -> tuple[tuple[int, int], t
     return (mat[0], mat[1]), (fov[0] / mat[0], fov[1] / mat[1], fov[2])
 
 
+def _header_xml(f) -> str | None:
+    if "ismrmrd_header" not in f:
+        return None
+    raw = f["ismrmrd_header"][()]
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def recon_matrix_from_header(f, path: Path) -> tuple[int, int] | None:
+    """The ISMRMRD ``reconSpace`` in-plane matrix, or None for a file without a header."""
+    xml = _header_xml(f)
+    return None if xml is None else _grid_from_xml(xml, "reconSpace", path)[0]
+
+
+# fastMRI ``acquisition`` attribute -> body region (knee and brain releases)
+_ACQUISITION_DOMAIN = {"CORPD_FBK": "knee", "CORPDFS_FBK": "knee", "AXFLAIR": "brain", "AXT1": "brain",
+                       "AXT1PRE": "brain", "AXT1POST": "brain", "AXT2": "brain"}
+_KEYWORDS = (("prostate", "prostate"), ("pelvi", "prostate"), ("knee", "knee"), ("cine", "cardiac"),
+             ("cardiac", "cardiac"), ("heart", "cardiac"), ("brain", "brain"), ("head", "brain"))
+
+
+def domain_of(acquisition: str | None, xml: str | None) -> str:
+    """Body region of a raw-data file: words in the ISMRMRD protocol name first (the
+    fastMRI prostate release also calls its T2 ``AXT2``), then the fastMRI acquisition
+    code; ``unknown`` when neither says."""
+    if xml:
+        try:
+            root = ET.fromstring(xml)
+            names = [el.text or "" for el in root.iter() if el.tag.split("}")[-1] in
+                     ("protocolName", "seriesDescription", "bodyPartExamined")]
+        except ET.ParseError:
+            names = []
+        text = " ".join(names).lower()
+        for word, domain in _KEYWORDS:
+            if word in text:
+                return domain
+    return _ACQUISITION_DOMAIN.get(str(acquisition or "").upper(), "unknown")
+
+
 def _centred_affine(sp: tuple[float, float, float], shape: tuple[int, int, int]) -> np.ndarray:
     a = np.diag([*sp, 1.0])
     a[:3, 3] = -np.asarray(sp) * (np.asarray(shape) - 1) / 2.0
@@ -70,9 +114,8 @@ def _centred_affine(sp: tuple[float, float, float], shape: tuple[int, int, int])
 def _affine(f, attr: str, space: str, shape: tuple[int, int, int], path: Path) -> np.ndarray:
     if attr in f.attrs:
         return np.asarray(f.attrs[attr], dtype=np.float64).reshape(4, 4)
-    if "ismrmrd_header" in f:
-        raw = f["ismrmrd_header"][()]
-        xml = raw.decode() if isinstance(raw, bytes) else str(raw)
+    xml = _header_xml(f)
+    if xml is not None:
         _, sp = _grid_from_xml(xml, space, path)
         return _centred_affine(sp, shape)
     return _centred_affine((1.0, 1.0, 1.0), shape)
@@ -98,8 +141,11 @@ def fastmri_header(path: str | Path) -> dict[str, Any]:
                             hint=f"datasets present: {sorted(f.keys())}", file=str(path))
         s, c, kx, ky = _kspace_shape(f["kspace"].shape, path)
         affine = _affine(f, "bcer_affine", "encodedSpace", (kx, ky, s), path)
+        recon = recon_matrix_from_header(f, path) or (kx, ky)
+        attrs = {k: to_jsonable(v) for k, v in f.attrs.items() if not k.startswith("bcer_")}
         return {"shape": (kx, ky, s), "n_coils": c, "affine": affine, "datasets": sorted(f.keys()),
-                "attrs": {k: to_jsonable(v) for k, v in f.attrs.items() if not k.startswith("bcer_")}}
+                "encoded_matrix": [kx, ky], "recon_matrix": [int(recon[0]), int(recon[1])],
+                "domain": domain_of(attrs.get("acquisition"), _header_xml(f)), "attrs": attrs}
 
 
 def _kspace_shape(shape: tuple[int, ...], path: Path) -> tuple[int, int, int, int]:
@@ -139,8 +185,17 @@ def read_fastmri(path: str | Path) -> KSpace:
         for key in ("acquisition", "patient_id", "acceleration", "num_low_frequency"):
             if key in f.attrs:
                 meta.setdefault(key, to_jsonable(f.attrs[key]))
+        recon = recon_matrix_from_header(f, path)
+        if recon is not None:  # the header is the file's own statement of its recon matrix
+            meta["recon_matrix"] = [int(recon[0]), int(recon[1])]
+        meta["encoded_matrix"] = [int(k.shape[2]), int(k.shape[3])]
         meta["source"] = str(path)
-    return KSpace(np.ascontiguousarray(k.transpose(1, 2, 3, 0)), mask, affine, meta)
+    ks = KSpace(np.ascontiguousarray(k.transpose(1, 2, 3, 0)), mask, affine, meta)
+    try:
+        ks.recon_crop
+    except ValueError as e:
+        raise ToolError(ErrorCode.schema, f"ismrmrd_header of {path.name}: {e}", file=str(path)) from e
+    return ks
 
 
 def read_fastmri_reference(path: str | Path) -> Image:
@@ -157,18 +212,31 @@ def read_fastmri_reference(path: str | Path) -> Image:
         if not np.all(np.isfinite(rss)):
             raise ToolError(ErrorCode.numeric, f"reconstruction_rss of {path.name} has NaN/Inf", file=str(path))
         data = np.ascontiguousarray(rss.transpose(1, 2, 0))
-        affine = _affine(f, "bcer_ref_affine", "reconSpace", data.shape, path)
+        if "bcer_ref_affine" in f.attrs:
+            affine = np.asarray(f.attrs["bcer_ref_affine"], dtype=np.float64).reshape(4, 4)
+        elif "kspace" in f:  # the centre crop of the k-space grid, as fastMRI cuts it
+            s, _, kx, ky = _kspace_shape(f["kspace"].shape, path)
+            grid = _affine(f, "bcer_affine", "encodedSpace", (kx, ky, s), path)
+            probe = KSpace(np.empty((1, kx, ky, 0), np.complex64), np.ones(ky, bool), grid,
+                           {"recon_matrix": list(data.shape[:2])})
+            try:
+                affine = probe.recon_affine
+            except ValueError:
+                affine = _affine(f, "bcer_ref_affine", "reconSpace", data.shape, path)
+        else:
+            affine = _affine(f, "bcer_ref_affine", "reconSpace", data.shape, path)
     return Image(data, affine, {"source": str(path), "dataset": "reconstruction_rss"})
 
 
 def ismrmrd_xml(kshape: tuple[int, int, int], kspacing: tuple[float, float, float],
-                rshape: tuple[int, int], rspacing: tuple[float, float, float]) -> str:
-    """A minimal ISMRMRD header: encoded/recon matrix and FOV, phase-encoding limits."""
+                rshape: tuple[int, int], rspacing: tuple[float, float, float], protocol: str = "") -> str:
+    """A minimal ISMRMRD header: protocol name, encoded/recon matrix and FOV, phase-encoding limits."""
     def space(tag: str, m: tuple[int, int], sp: tuple[float, float, float]) -> str:
         return (f"<{tag}><matrixSize><x>{m[0]}</x><y>{m[1]}</y><z>1</z></matrixSize><fieldOfView_mm>"
                 f"<x>{m[0] * sp[0]:.6f}</x><y>{m[1] * sp[1]:.6f}</y><z>{sp[2]:.6f}</z></fieldOfView_mm></{tag}>")
     ny = kshape[1]
-    return (f'<?xml version="1.0" encoding="utf-8"?>\n<ismrmrdHeader xmlns="{_NS}"><encoding>'
+    info = f"<measurementInformation><protocolName>{protocol}</protocolName></measurementInformation>" if protocol else ""
+    return (f'<?xml version="1.0" encoding="utf-8"?>\n<ismrmrdHeader xmlns="{_NS}">{info}<encoding>'
             + space("encodedSpace", kshape[:2], kspacing) + space("reconSpace", rshape, rspacing)
             + f"<encodingLimits><kspace_encoding_step_1><minimum>0</minimum><maximum>{ny - 1}</maximum>"
               f"<center>{ny // 2}</center></kspace_encoding_step_1><slice><minimum>0</minimum>"
@@ -177,12 +245,17 @@ def ismrmrd_xml(kshape: tuple[int, int, int], kspacing: tuple[float, float, floa
 
 
 def write_fastmri(path: str | Path, kspace: KSpace, reference: Image | None = None,
-                  patient_id: str = "", acquisition: str = "", truth: dict[str, Any] | None = None) -> Path:
+                  patient_id: str = "", acquisition: str = "", truth: dict[str, Any] | None = None,
+                  protocol: str = "") -> Path:
     """Write a 3-D ``KSpace`` (C, X, Y, Z) (and its reference image) as a fastMRI file, atomically.
 
+    The header's ``reconSpace`` is ``kspace.meta["recon_matrix"]`` (the encoded matrix when
+    absent); the reference, written as ``reconstruction_rss``, must lie on that recon grid
+    (``KSpace.recon_crop`` of the encoded one), as in fastMRI's training/validation files.
+
     Raises:
-        ToolError: ``shape`` for cine k-space (fastMRI has no time axis; use the cmrx layout)
-            or a reference on another grid.
+        ToolError: ``shape`` for cine k-space (fastMRI has no time axis; use the cmrx layout),
+            a recon matrix that does not fit, or a reference off the recon grid.
     """
     path = Path(path)
     data = np.asarray(kspace.data)
@@ -193,7 +266,7 @@ def write_fastmri(path: str | Path, kspace: KSpace, reference: Image | None = No
     tmp = path.with_name(f".{path.name}.tmp")
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        _write_h5(tmp, path, data, sp, kspace, reference, patient_id, acquisition, truth)
+        _write_h5(tmp, path, data, sp, kspace, reference, patient_id, acquisition, truth, protocol)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -202,19 +275,24 @@ def write_fastmri(path: str | Path, kspace: KSpace, reference: Image | None = No
 
 
 def _write_h5(tmp: Path, path: Path, data: np.ndarray, sp: tuple[float, ...], kspace: KSpace,
-              reference: Image | None, patient_id: str, acquisition: str, truth: dict[str, Any] | None) -> None:
+              reference: Image | None, patient_id: str, acquisition: str, truth: dict[str, Any] | None,
+              protocol: str) -> None:
     import h5py
 
     _, nx, ny, nz = data.shape
+    try:
+        _, _, rx, ry = kspace.recon_crop
+    except ValueError as e:
+        raise ToolError(ErrorCode.shape, f"cannot write {path.name}: {e}", file=str(path)) from e
     mask = np.asarray(kspace.mask, dtype=bool)
     with h5py.File(tmp, "w") as f:
         f.create_dataset("kspace", data=np.ascontiguousarray(data.transpose(3, 0, 1, 2)).astype(np.complex64))
         rsp = sp
         if reference is not None:
             ref = np.asarray(reference.data, dtype=np.float32)
-            if ref.shape != (nx, ny, nz):
-                raise ToolError(ErrorCode.shape, f"reference {ref.shape} is not on the k-space grid {(nx, ny, nz)}",
-                                file=str(path))
+            if ref.shape != (rx, ry, nz):
+                raise ToolError(ErrorCode.shape, f"reference {ref.shape} is not on the recon grid {(rx, ry, nz)} "
+                                f"of the k-space (encoded {(nx, ny, nz)})", file=str(path))
             f.create_dataset("reconstruction_rss", data=np.ascontiguousarray(ref.transpose(2, 0, 1)))
             f.attrs["max"] = float(ref.max())
             f.attrs["norm"] = float(np.linalg.norm(ref))
@@ -224,7 +302,7 @@ def _write_h5(tmp: Path, path: Path, data: np.ndarray, sp: tuple[float, ...], ks
             f.create_dataset("mask", data=mask)
             f.attrs["acceleration"] = int(kspace.meta.get("R", round(kspace.acceleration)))
             f.attrs["num_low_frequency"] = int(kspace.meta.get("n_acs", 0))
-        f.create_dataset("ismrmrd_header", data=ismrmrd_xml((nx, ny, nz), sp, (nx, ny), rsp))
+        f.create_dataset("ismrmrd_header", data=ismrmrd_xml((nx, ny, nz), sp, (rx, ry), rsp, protocol))
         f.attrs["acquisition"] = acquisition or str(kspace.meta.get("acquisition", "UNKNOWN"))
         f.attrs["patient_id"] = patient_id
         f.attrs["bcer_affine"] = np.asarray(kspace.affine, dtype=np.float64)

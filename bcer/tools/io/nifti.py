@@ -108,5 +108,12 @@ def read_sequence(ref) -> object:
         frames = [read_nifti(p, "image", expect_ndim=3) for p in ref.options["frames"]]
         data = np.stack([f.data for f in frames], axis=-1)
         return Cine(data, frames[0].affine, {"source": ref.path})
+    if ref.options.get("channel") is not None:  # one channel of a 4-D multi-channel file (MSD)
+        vol = read_nifti(ref.path, "image", expect_ndim=4)
+        ch = int(ref.options["channel"])
+        if not 0 <= ch < vol.data.shape[3]:
+            raise ToolError(ErrorCode.shape, f"{Path(ref.path).name} has {vol.data.shape[3]} channels, no channel {ch}",
+                            file=ref.path)
+        return Image(np.ascontiguousarray(vol.data[..., ch]), vol.affine, {"source": ref.path, "channel": ch})
     expect = {"image": 3, "mask": None, "cine": 4}.get(kind)
     return read_nifti(ref.path, "mask" if kind == "mask" else "image", labels, expect_ndim=expect)

@@ -65,6 +65,7 @@ def check_kspace(kspace: KSpace, cine: bool, tool: str) -> np.ndarray:
                         f"expected ({y},) phase-encoding lines or ({x}, {y})",
                         hint="the mask must match the k-space Y axis (data axis 2)", arg="kspace.mask")
     require_finite(kspace, "kspace")
+    recon_crop(kspace, tool)  # a recon matrix that does not fit fails before any work
     return data
 
 
@@ -136,10 +137,26 @@ def run_batched(slices: np.ndarray, xp: Any, fn: Callable[[Any], tuple[Any, dict
     return np.concatenate(out, axis=0), stats
 
 
+def recon_crop(kspace: KSpace, tool: str) -> tuple[int, int, int, int]:
+    """``KSpace.recon_crop`` with a typed error naming the tool."""
+    try:
+        return kspace.recon_crop
+    except (ValueError, TypeError) as e:
+        raise ToolError(ErrorCode.shape, f"{tool}: {e}", hint="meta['recon_matrix'] must be [x, y] within "
+                        "the k-space matrix (ISMRMRD reconSpace)", arg="kspace") from e
+
+
 def to_artifact(images: np.ndarray, kspace: KSpace, data_shape: tuple[int, ...], cine: bool,
                 meta: dict[str, Any]) -> Image | Cine:
-    """Coil-combined slices -> Image/Cine on the k-space's affine, with audit meta."""
-    vol = from_slices(images, data_shape)
-    full_meta = {**{k: v for k, v in kspace.meta.items() if k in ("case_id", "sequence")}, **meta}
+    """Coil-combined slices -> Image/Cine on the recon grid, with audit meta.
+
+    The image is cropped to the header's recon matrix (``KSpace.recon_crop``: readout
+    oversampling removed, centre crop as fastMRI's ``reconstruction_rss``) after coil
+    combination, and placed on ``KSpace.recon_affine``.
+    """
+    x0, y0, rx, ry = recon_crop(kspace, str(meta.get("method", "recon")))
+    vol = from_slices(images, data_shape)[x0:x0 + rx, y0:y0 + ry]
+    full_meta = {**{k: v for k, v in kspace.meta.items() if k in ("case_id", "sequence")}, **meta,
+                 "encoded_matrix": list(kspace.encoded_matrix), "recon_matrix": [rx, ry]}
     cls = Cine if cine else Image
-    return cls(vol, np.array(kspace.affine, dtype=np.float64), full_meta)
+    return cls(np.ascontiguousarray(vol), kspace.recon_affine, full_meta)

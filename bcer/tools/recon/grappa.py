@@ -163,7 +163,7 @@ def _grappa(kspace: KSpace, params: GrappaParams, cine: bool, tool_name: str, de
     return to_artifact(images, kspace, data.shape, cine, meta)
 
 
-@tool("recon.grappa", version="1.0", milestone="reconstruction", resources=_RESOURCES,
+@tool("recon.grappa", version="1.1", milestone="reconstruction", resources=_RESOURCES,
       gpu="optional", output="image")
 def grappa(kspace: KSpace, params: GrappaParams, device: str = "cpu") -> Image:
     """GRAPPA reconstruction of uniformly undersampled (C, X, Y, Z) k-space with a central
@@ -176,12 +176,12 @@ def grappa(kspace: KSpace, params: GrappaParams, device: str = "cpu") -> Image:
         device: "cpu" or "cuda" (cupy path).
 
     Returns:
-        Magnitude Image (X, Y, Z) on ``kspace.affine``.
+        Magnitude Image (X, Y, Z) on the recon matrix (``kspace.recon_affine``).
     """
     return _grappa(kspace, params, False, "recon.grappa", device)
 
 
-@tool("recon.grappa_cine", version="1.0", milestone="reconstruction", resources=_RESOURCES,
+@tool("recon.grappa_cine", version="1.1", milestone="reconstruction", resources=_RESOURCES,
       gpu="optional", output="cine")
 def grappa_cine(kspace: KSpace, params: GrappaParams, device: str = "cpu") -> Cine:
     """GRAPPA reconstruction of cine k-space (C, X, Y, Z, T) into a magnitude Cine, kernels

@@ -103,7 +103,7 @@ def _sense(kspace: KSpace, params: SenseParams, cine: bool, tool_name: str, devi
     return to_artifact(images, kspace, data.shape, cine, meta)
 
 
-@tool("recon.sense", version="1.0", milestone="reconstruction", resources=_RESOURCES,
+@tool("recon.sense", version="1.1", milestone="reconstruction", resources=_RESOURCES,
       gpu="optional", output="image")
 def sense(kspace: KSpace, params: SenseParams, device: str = "cpu") -> Image:
     """CG-SENSE reconstruction of undersampled (C, X, Y, Z) Cartesian k-space, coil maps
@@ -117,12 +117,12 @@ def sense(kspace: KSpace, params: SenseParams, device: str = "cpu") -> Image:
         device: "cpu" or "cuda" (cupy path).
 
     Returns:
-        Magnitude Image (X, Y, Z) on ``kspace.affine``.
+        Magnitude Image (X, Y, Z) on the recon matrix (``kspace.recon_affine``).
     """
     return _sense(kspace, params, False, "recon.sense", device)
 
 
-@tool("recon.sense_cine", version="1.0", milestone="reconstruction", resources=_RESOURCES,
+@tool("recon.sense_cine", version="1.1", milestone="reconstruction", resources=_RESOURCES,
       gpu="optional", output="cine")
 def sense_cine(kspace: KSpace, params: SenseParams, device: str = "cpu") -> Cine:
     """CG-SENSE reconstruction of cine k-space (C, X, Y, Z, T) into a magnitude Cine, maps

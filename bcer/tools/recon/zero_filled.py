@@ -32,7 +32,7 @@ def _zero_filled(kspace: KSpace, cine: bool, tool_name: str, device: str) -> Ima
     return to_artifact(images, kspace, data.shape, cine, meta)
 
 
-@tool("recon.zero_filled", version="1.0", milestone="reconstruction", resources=_RESOURCES,
+@tool("recon.zero_filled", version="1.1", milestone="reconstruction", resources=_RESOURCES,
       gpu="optional", output="image")
 def zero_filled(kspace: KSpace, device: str = "cpu") -> Image:
     """Zero-filled reconstruction of (C, X, Y, Z) k-space: centred inverse FFT per coil,
@@ -43,12 +43,12 @@ def zero_filled(kspace: KSpace, device: str = "cpu") -> Image:
         device: "cpu" or "cuda" (cupy path).
 
     Returns:
-        Magnitude Image (X, Y, Z) on ``kspace.affine``.
+        Magnitude Image (X, Y, Z) on the recon matrix (``kspace.recon_affine``).
     """
     return _zero_filled(kspace, False, "recon.zero_filled", device)
 
 
-@tool("recon.zero_filled_cine", version="1.0", milestone="reconstruction", resources=_RESOURCES,
+@tool("recon.zero_filled_cine", version="1.1", milestone="reconstruction", resources=_RESOURCES,
       gpu="optional", output="cine")
 def zero_filled_cine(kspace: KSpace, device: str = "cpu") -> Cine:
     """Zero-filled reconstruction of cine k-space (C, X, Y, Z, T) into a magnitude Cine

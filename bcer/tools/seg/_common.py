@@ -13,9 +13,13 @@ class BundleParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     bundle_dir: str | None = Field(None, description="local MONAI bundle folder; None = classical method")
-    roi_size: int = Field(64, ge=8, le=512, description="sliding-window size per spatial axis (bundle path)")
-    sw_batch_size: int = Field(4, ge=1, le=256, description="windows per forward pass (bundle path)")
-    overlap: float = Field(0.25, ge=0.0, lt=1.0, description="sliding-window overlap fraction (bundle path)")
+    # None: the bundle's own inferer settings (a model-zoo bundle states them in inference.json)
+    roi_size: int | None = Field(None, ge=8, le=512,
+                                 description="sliding-window size per spatial axis (bundle path; None: the bundle's)")
+    sw_batch_size: int | None = Field(None, ge=1, le=256,
+                                      description="windows per forward pass (bundle path; None: the bundle's)")
+    overlap: float | None = Field(None, ge=0.0, lt=1.0,
+                                  description="sliding-window overlap fraction (bundle path; None: the bundle's)")
 
 
 def largest_component(mask: np.ndarray, structure: np.ndarray | None = None) -> np.ndarray:

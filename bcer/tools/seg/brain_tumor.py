@@ -1,7 +1,8 @@
 """``seg.brain_tumor``: BraTS labels (1 necrotic core, 2 oedema, 4 enhancing) from T1/T1c/T2/FLAIR.
 
-With ``bundle_dir`` a local MONAI bundle (4 input channels in the order t1, t1c, t2, flair)
-does the work. Otherwise a classical multi-contrast method whose every threshold is learned
+With ``bundle_dir`` a local MONAI bundle does the work: its input channels in the order its
+``channel_def`` names them (model-zoo BraTS: T1c, T1, T2, FLAIR; unnamed: t1, t1c, t2,
+flair), its classes mapped by name to the BraTS labels (TC/WT/ET regions or per-class). Otherwise a classical multi-contrast method whose every threshold is learned
 from the case itself:
 
 1. brain mask: Otsu on the mean of the contrasts (each scaled by its 99th percentile),
@@ -168,7 +169,7 @@ def _classical(t1: Image, t1c: Image, t2: Image, flair: Image, p: BrainTumorPara
     return labels, meta
 
 
-@tool("seg.brain_tumor", version="1.0", milestone="segmentation",
+@tool("seg.brain_tumor", version="1.1", milestone="segmentation",
       resources={"num_cpus": 1, "memory_mb": 2048}, gpu="optional")
 def brain_tumor(t1: Image, t1c: Image, t2: Image, flair: Image, params: BrainTumorParams,
                 device: str = "cpu") -> BrainTumorSeg:
@@ -176,7 +177,7 @@ def brain_tumor(t1: Image, t1c: Image, t2: Image, flair: Image, params: BrainTum
 
     Args:
         t1, t1c, t2, flair: the four contrasts on one voxel grid (register/resample first).
-        params: ``bundle_dir`` for a MONAI bundle (channels t1, t1c, t2, flair), else the
+        params: ``bundle_dir`` for a MONAI bundle (channels as its channel_def names them), else the
             classical method with its smoothing and ET-presence settings.
         device: "cpu" or "cuda" (bundle inference only).
 
@@ -192,10 +193,13 @@ def brain_tumor(t1: Image, t1c: Image, t2: Image, flair: Image, params: BrainTum
             require_same_grid(t1, img, "t1", name)
     if p := params.bundle_dir:
         from .bundle import run_bundle
+        from .bundle_labels import BRATS_TARGETS, Channel
 
-        stack = np.stack([np.asarray(x.data, np.float32) for x in (t1, t1c, t2, flair)])
-        labels, meta = run_bundle(p, stack, t1.spacing, device, params.roi_size,
-                                  params.sw_batch_size, params.overlap)
+        # offered in bcer's order; the bundle's channel_def picks its own (BraTS bundles: T1c first)
+        offered = [Channel(seq, port, img.data) for seq, port, img in
+                   (("T1", "t1", t1), ("T1c", "t1c", t1c), ("T2", "t2", t2), ("FLAIR", "flair", flair))]
+        labels, meta = run_bundle(p, offered, t1.spacing, device, params.roi_size, params.sw_batch_size,
+                                  params.overlap, affine=t1.affine, targets=BRATS_TARGETS)
         labels = labels.astype(np.int16)
     else:
         labels, meta = _classical(t1, t1c, t2, flair, params)

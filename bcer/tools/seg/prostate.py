@@ -229,20 +229,18 @@ def _classical(t2w: Image, p: ProstateParams) -> tuple[np.ndarray, dict[str, Any
 
 def _bundle(t2w: Image, adc: Image | None, p: ProstateParams, device: str) -> tuple[np.ndarray, dict[str, Any]]:
     from .bundle import load_bundle, run_bundle
+    from .bundle_labels import PROSTATE_ZONE_TARGETS, Channel
 
     bundle = load_bundle(p.bundle_dir, device)
     if str(bundle.meta.get("bcer", {}).get("grid", "")).startswith("canonical"):
         from .prostate_net import segment
 
         return segment(t2w, p.bundle_dir, device, p.overlap, p.sw_batch_size)
-    chans = [np.asarray(t2w.data, np.float32)]
-    if bundle.in_channels == 2:
-        if adc is None:
-            raise ToolError(ErrorCode.input_missing, "this bundle needs 'adc' as its second channel",
-                            arg="adc")
-        chans.append(resample_to(adc, t2w).astype(np.float32))
-    labels, meta = run_bundle(p.bundle_dir, np.stack(chans), t2w.spacing, device, p.roi_size,
-                              p.sw_batch_size, p.overlap)
+    # the bundle's channel_def picks by name; ADC is resampled onto T2w only when it is asked for
+    offered = [Channel("T2w", "t2w", t2w.data),
+               Channel("ADC", "adc", None if adc is None else (lambda: resample_to(adc, t2w)))]
+    labels, meta = run_bundle(p.bundle_dir, offered, t2w.spacing, device, p.roi_size, p.sw_batch_size,
+                              p.overlap, affine=t2w.affine, targets=PROSTATE_ZONE_TARGETS)
     return labels.astype(np.int16), meta
 
 

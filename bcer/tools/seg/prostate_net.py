@@ -106,8 +106,8 @@ def predict_probabilities(network: Any, canon: np.ndarray, roi: tuple[int, ...],
         return torch.softmax(logits, dim=1)[0].cpu().numpy()
 
 
-def segment(t2w: Image, bundle_dir: str | Path, device: str = "cpu", overlap: float = 0.25,
-            sw_batch_size: int = 2) -> tuple[np.ndarray, dict[str, Any]]:
+def segment(t2w: Image, bundle_dir: str | Path, device: str = "cpu", overlap: float | None = None,
+            sw_batch_size: int | None = None) -> tuple[np.ndarray, dict[str, Any]]:
     """Zones (0/1 PZ/2 TZ) on the T2w grid from the bundle, and audit meta.
 
     Raises:
@@ -123,6 +123,9 @@ def segment(t2w: Image, bundle_dir: str | Path, device: str = "cpu", overlap: fl
     canon = zscore(to_canonical(t2w.data, t2w.affine, grid))
     from .._gpu import torch_device
 
+    # None: the settings the network was trained and validated with
+    overlap = 0.25 if overlap is None else overlap
+    sw_batch_size = 2 if sw_batch_size is None else sw_batch_size
     prob = predict_probabilities(bundle.network, canon, bundle.roi_size, torch_device(device), overlap, sw_batch_size)
     on_t2 = from_canonical(prob, grid, t2w.affine, t2w.shape)
     outside = on_t2.sum(axis=0) < 0.5  # beyond the canonical box (never for a whole FOV): background

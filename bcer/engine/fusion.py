@@ -1,0 +1,177 @@
+"""Fusing a small case's whole DAG into one Ray task (what wide cohorts of tiny cases need).
+
+With thousands of small cases the cluster is kept busy by running cases side by side, not
+by the branches of one case, and what sets the pace is the per-task cost: a submission, a
+scheduling round, an argument resolution per node and per sequence. A fused task loads the
+case's sequences and runs its nodes in topological order in one worker, through exactly the
+same per-node code as an unfused node (``noderun.execute_node``: cache, time limit,
+deliverable writes, digests), and returns one meta per node and per load, so the driver
+records the same per-node events and provenance as for separate tasks.
+
+When every node succeeds the task returns no artifact at all (the deliverables are already
+written). When one fails, its descendants do not run (as unfused) and the task also returns
+every artifact it made, so the driver can repair the failed node and resubmit only it and its
+descendants as ordinary tasks, bound to those kept results. A fused task that Ray gives up
+on (worker lost, cancelled at its time limit) makes the driver rerun the case unfused.
+
+``wide_enough`` and ``fusable`` are the "auto" policy of the cohort runner.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+from ..contracts.errors import ToolError
+from .binder import resolved_ref
+from .context import error_from_ray
+from .noderun import _pluck, execute_node, load_sequence_task
+from .placement import fused_options, place
+
+log = logging.getLogger(__name__)
+
+MAX_FUSED_NODES = 64
+
+
+CASES_PER_CPU = 8
+
+
+def wide_enough(n_cases: int, cluster_cpus: float) -> bool:
+    """Enough cases to fill the cluster many times over without the parallelism inside one
+    case. With few cases per CPU the longest case sets the end of the run, and running its
+    branches side by side matters more than the per-task cost (the full-size nine-task bench,
+    9 heavy cases on 2 CPUs, was slower fused)."""
+    return n_cases >= CASES_PER_CPU * max(1.0, cluster_cpus)
+
+
+def fusable(placements: list[Any]) -> bool:
+    """A small DAG whose every node runs on CPU here (GPU nodes keep their own placement)."""
+    return 0 < len(placements) <= MAX_FUSED_NODES and all(p.num_gpus == 0 for p in placements)
+
+
+def run_fused(plan: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """Ray entry point of a fused case: ``plan = {"loads": [(key, SequenceRef)], "nodes": [spec]}``
+    (node specs in topological order, each with ``sources`` naming where its inputs come from).
+
+    Returns:
+        (the artifacts made, kept only when some node failed; ``{"loads": {key: meta},
+        "nodes": {node: meta}, "t_start", "t_end"}``).
+    """
+    t0 = time.time()
+    values: dict[tuple[str, str], Any] = {}
+    metas: dict[tuple[str, str], dict[str, Any]] = {}
+    for key, ref in plan["loads"]:
+        art, meta = load_sequence_task(ref)
+        metas[("seq", key)] = meta
+        if meta.get("ok"):
+            values[("seq", key)] = art
+    failed = False
+    for spec in plan["nodes"]:
+        deps = tuple(metas[_dep_key(d)] for d in spec["deps"])
+        inputs = tuple(_value(values, src) for src in spec["sources"])
+        outputs, meta = execute_node(spec, inputs, deps)
+        metas[("node", spec["node"])] = meta
+        if outputs is not None:
+            values[("node", spec["node"])] = outputs
+        failed = failed or not meta.get("ok")
+    kept = None
+    if failed:
+        kept = {"seq": {k: v for (kind, k), v in values.items() if kind == "seq"},
+                "node": {k: v for (kind, k), v in values.items() if kind == "node"}}
+    return kept, {"loads": {k: m for (kind, k), m in metas.items() if kind == "seq"},
+                  "nodes": {k: m for (kind, k), m in metas.items() if kind == "node"},
+                  "t_start": t0, "t_end": time.time()}
+
+
+def _dep_key(dep: str) -> tuple[str, str]:
+    kind, _, name = dep.partition(".")
+    return kind, name
+
+
+def _value(values: dict[tuple[str, str], Any], src: tuple) -> Any:
+    """``("seq", key)`` or ``("node", id, field)``: the value a port receives (None if not made;
+    the node's deps then say an upstream failed and it does not run)."""
+    if src[0] == "seq":
+        return values.get(("seq", src[1]))
+    made = values.get(("node", src[1]))
+    return None if made is None else _pluck(made, (src[2],))
+
+
+# ---- driver side: a CaseRun's fused submission and its result ------------------------------------
+
+def submit_fused(run: Any) -> bool:
+    """The whole case as one task (loads and nodes in one worker); False when it cannot be
+    fused (a node failed planning, runs on GPU, or the DAG is large): submit it unfused."""
+    from .remote import remote_fused, submit
+
+    if run.error is not None or any(st != "pending" for st in run.status.values()):
+        return False
+    if any(run._reviewed_writes(n) for n in run.wf.nodes):  # a report the driver reviews (R4) before writing
+        return False
+    try:
+        placed = [(n, place(n, run.cluster, run.ctx.device_policy, run.device_override.get(n.id)))
+                  for n in run.wf.nodes]
+        if not fusable([w for _, w in placed]):
+            return False
+        specs = [run._node_spec(n, w.device) for n, w in placed]
+        loads = []
+        for key in sorted({k for _, seqs in run.deps.values() for k in seqs}):
+            ref = resolved_ref(run.case, key)
+            run.sandbox.check_read(ref.path)
+            if not os.path.exists(ref.path):  # the node-by-node path halts the case before any node runs
+                return False
+            loads.append((key, ref))
+    except ToolError:  # the ordinary path reports it, node by node
+        return False
+    for n, w in placed:
+        if w.fallback:
+            run.trace.emit("fallback", node=n.id, tool=n.tool, attempt=1,
+                           message=f"{n.tool} runs its CPU path: {w.fallback}")
+    for (n, _), spec in zip(placed, specs):
+        spec.update(run.clock_fields(n.id, run.gen.get(n.id, 0) + 1))
+    opts = fused_options(run.case.id, run.wf.nodes[0].id, run.wf.nodes[-1].id, [w for _, w in placed],
+                         run.ctx.task_max_retries)
+    kept, meta = submit(remote_fused(), opts, {"loads": loads, "nodes": specs})
+    limits = [run._timeout_of(n) for n, _ in placed]
+    run.fused = {"kept": kept, "t": time.time(), "cancelled": False,
+                 "limit": None if any(x is None for x in limits) else sum(limits),
+                 "clock_key": specs[0].get("clock_key")}
+    for (n, w), spec in zip(placed, specs):
+        run.gen[n.id] = run.gen.get(n.id, 0) + 1
+        run.status[n.id] = "running"
+        run.records[n.id] = {"tool": n.tool, "version": n.version, "params": spec["params"],
+                             "inputs": dict(n.inputs), "device": w.device, "attempt": 1}
+    run._watch(("fused",), meta)
+    return True
+
+
+def on_fused_result(run: Any, meta: Any, exc: BaseException | None) -> None:
+    """Record every load and node of a fused task as if each had been its own task."""
+    if exc is not None:  # Ray gave up on it (worker lost after retries, cancelled): rerun unfused
+        err = error_from_ray(exc)
+        log.warning("case %s: fused task failed (%s): rerunning it node by node", run.case.id, err["message"])
+        run.trace.emit("retried", message=f"fused task failed ({err['code']}): rerun node by node",
+                       error_code=err["code"])
+        for n in run.wf.nodes:
+            if run.status[n.id] == "running":
+                run.status[n.id] = "pending"
+        run.fused = None
+        run._ensure_loads()
+        return
+    kept = run.fused["kept"]
+    for key, m in meta["loads"].items():
+        run.seq_meta[key] = run.seq_meta_refs[key] = m
+        run.seq_refs[key] = (kept, ("seq", key))
+        if not m.get("ok"):
+            run._on_seq_failed(key)
+    for n in list(run.wf.nodes):
+        m = meta["nodes"].get(n.id)
+        if m is None:
+            continue
+        run.meta_refs[n.id] = m
+        run.refs[n.id] = {f: (kept, ("node", n.id, f)) for f in n.outputs}
+        run._on_node_result(n.id, run.gen.get(n.id), m, None)
+
+
+__all__ = ["MAX_FUSED_NODES", "fusable", "on_fused_result", "run_fused", "submit_fused", "wide_enough"]

@@ -1,0 +1,158 @@
+"""Checks of cardiac function deliverables: physiological ranges, ED > ES, frames and
+volumes that agree across the phases table, the function table and the label cine."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from .core import Inputs, Unavailable, Verdict, check, in_range, number
+
+
+class RangeParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    columns: list[str]
+    min: float
+    max: float
+    unit: str
+
+
+def _columns_in_range(x: Inputs, p: RangeParams, what: str) -> Verdict:
+    row = x.row()
+    present = [c for c in p.columns if row.get(c) is not None]
+    if not present:
+        raise Unavailable(f"table has none of {p.columns}")
+    verdicts = [in_range(number(row[c], c), p.min, p.max, c, p.unit) for c in present]
+    bad = [v for v in verdicts if not v.ok]
+    worst = bad[0] if bad else max(verdicts, key=lambda v: abs(v.value - (p.min + p.max) / 2))
+    msg = "; ".join(v.message for v in (bad or verdicts))
+    return Verdict(not bad, worst.value, worst.limit, f"{what}: {msg}")
+
+
+class EfParams(RangeParams):
+    columns: list[str] = Field(default_factory=lambda: ["lv_ef_pct", "rv_ef_pct"])
+    min: float = 5.0
+    max: float = 90.0
+    unit: str = "%"
+
+
+@check("ef_range", EfParams)
+def ef_range(x: Inputs, p: EfParams) -> Verdict:
+    """LV and RV ejection fraction within 5–90 % (limits of issue 10): below 5 % a ventricle
+    does not eject, above 90 % its end-systolic cavity has vanished; an EF outside 0–100 %
+    cannot exist at all and means the ED and ES volumes are wrong."""
+    return _columns_in_range(x, p, "ejection fraction")
+
+
+class EdvParams(RangeParams):
+    columns: list[str] = Field(default_factory=lambda: ["lv_edv_ml", "rv_edv_ml"])
+    min: float = 20.0
+    max: float = 600.0
+    unit: str = "mL"
+
+
+@check("edv_range", EdvParams)
+def edv_range(x: Inputs, p: EdvParams) -> Verdict:
+    """LV and RV end-diastolic volume within 20–600 mL. Adult CMR reference ranges (SSFP,
+    Kawel-Boehm et al., JCMR 2015;17:29) put normal LV and RV EDV on the order of 100–250 mL,
+    and severe dilated cardiomyopathy reaches a few hundred mL. The bounds are wide on purpose
+    (our choice, not a published cut-off): they reject a cavity of a few voxels or a mask over
+    the chest, not a disease."""
+    return _columns_in_range(x, p, "end-diastolic volume")
+
+
+_PAIRS = (("lv_edv_ml", "lv_esv_ml"), ("rv_edv_ml", "rv_esv_ml"))
+
+
+@check("ed_greater_than_es")
+def ed_greater_than_es(x: Inputs, p: Any) -> Verdict:
+    """End-diastolic volume > end-systolic volume for each ventricle in the function table (and
+    on the LV volume curve of the phases table when the contract gives it): ED is the fullest
+    frame by definition, so ED <= ES means the frames are swapped or a volume is wrong.
+    Value: the smallest EDV − ESV (mL)."""
+    row = x.row()
+    diffs: dict[str, float] = {}
+    for ed, es in _PAIRS:
+        if row.get(ed) is not None and row.get(es) is not None:
+            diffs[ed.split("_")[0].upper()] = number(row[ed], ed) - number(row[es], es)
+    if x.has("phases"):
+        ph = x.row("phases")
+        if ph.get("lv_volume_ed_ml") is not None and ph.get("lv_volume_es_ml") is not None:
+            diffs["LV (phases)"] = (number(ph["lv_volume_ed_ml"], "lv_volume_ed_ml")
+                                    - number(ph["lv_volume_es_ml"], "lv_volume_es_ml"))
+    if not diffs:
+        raise Unavailable("no ED/ES volume pair in the table")
+    worst = min(diffs, key=diffs.get)
+    bad = [k for k, v in diffs.items() if v <= 0]
+    msg = ", ".join(f"{k} EDV − ESV = {v:.1f} mL" for k, v in diffs.items())
+    return Verdict(not bad, diffs[worst], "> 0 mL", msg + (f": ED is not larger than ES for {bad}" if bad else ""))
+
+
+def _frame(row: dict[str, Any], key: str) -> int:
+    v = number(row.get(key), key)
+    if v != int(v):
+        raise Unavailable(f"{key} = {v} is not a frame index")
+    return int(v)
+
+
+@check("phases_consistent")
+def phases_consistent(x: Inputs, p: Any) -> Verdict:
+    """ED and ES are two different frames of the cine (0 ≤ frame < n_frames), the volume
+    curves have one value per frame, and the function table measured the same two frames."""
+    ph = x.row()
+    ed, es = _frame(ph, "ed_frame"), _frame(ph, "es_frame")
+    n = _frame(ph, "n_frames") if ph.get("n_frames") is not None else None
+    problems = []
+    if ed == es:
+        problems.append(f"ED and ES are the same frame {ed}")
+    if n is not None:
+        problems += [f"{k} {v} outside 0..{n - 1}" for k, v in (("ED", ed), ("ES", es)) if not 0 <= v < n]
+        problems += [f"{c} has {len(ph[c])} values for {n} frames" for c in ("lv_volume_curve_ml", "rv_volume_curve_ml")
+                     if isinstance(ph.get(c), list) and len(ph[c]) != n]
+    if x.has("function"):
+        fn = x.row("function")
+        for k, v in (("ed_frame", ed), ("es_frame", es)):
+            if fn.get(k) is not None and _frame(fn, k) != v:
+                problems.append(f"function table {k} {_frame(fn, k)} ≠ phases {k} {v}")
+    limit = "ED ≠ ES, both in the cine, same frames in every table"
+    if problems:
+        return Verdict(False, float(es - ed), limit, "; ".join(problems))
+    return Verdict(True, float(es - ed), limit, f"ED frame {ed}, ES frame {es}" + (f" of {n}" if n else ""))
+
+
+class SegVolumeParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    lv_label: int = Field(3, description="LV cavity label of the cine label map (ACDC: 3)")
+    rv_label: int = Field(1, description="RV cavity label (ACDC: 1)")
+    rel_tol: float = Field(0.02, gt=0, description="relative difference allowed between table and mask")
+
+
+@check("volumes_match_seg", SegVolumeParams)
+def volumes_match_seg(x: Inputs, p: SegVolumeParams) -> Verdict:
+    """The function table's ED/ES volumes are those of the delivered label cine at the
+    table's frames (voxel count x voxel volume, within 2 %): every reported number must be
+    traceable to the delivered mask. Value: the largest relative difference."""
+    row, seg = x.row(), x.nifti("seg")
+    data = np.asarray(seg.data)
+    if data.ndim != 4:
+        raise Unavailable(f"seg has shape {data.shape}; need a (X, Y, Z, T) label cine")
+    ed, es = _frame(row, "ed_frame"), _frame(row, "es_frame")
+    if not (0 <= ed < data.shape[3] and 0 <= es < data.shape[3]):
+        return Verdict(False, None, "", f"frames ED {ed}/ES {es} are outside the cine's {data.shape[3]} frames")
+    diffs: dict[str, tuple[float, float]] = {}
+    for key, label, frame in (("lv_edv_ml", p.lv_label, ed), ("lv_esv_ml", p.lv_label, es),
+                              ("rv_edv_ml", p.rv_label, ed), ("rv_esv_ml", p.rv_label, es)):
+        if row.get(key) is not None:
+            diffs[key] = (number(row[key], key), float(np.count_nonzero(data[..., frame] == label)) * seg.voxel_ml)
+    if not diffs:
+        raise Unavailable("function table has no ED/ES volumes")
+    rel = {k: abs(t - m) / max(m, 1e-6) for k, (t, m) in diffs.items()}
+    worst = max(rel, key=rel.get)
+    ok = rel[worst] <= p.rel_tol
+    t, m = diffs[worst]
+    return Verdict(ok, rel[worst], f"≤ {100 * p.rel_tol:g} %",
+                   f"{worst} {t:.1f} mL vs {m:.1f} mL in the label cine ({100 * rel[worst]:.2f} % apart)")
+
+
+__all__ = ["ed_greater_than_es", "edv_range", "ef_range", "phases_consistent", "volumes_match_seg"]

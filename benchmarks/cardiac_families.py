@@ -1,0 +1,132 @@
+"""The cardiac chain (seg.cardiac -> cardiac.ed_es -> quant.cardiac_function ->
+classify.cardiac_acdc) on cine phantoms of one family, tool by tool (no Ray, no engine).
+
+Per case: Dice (LV, MYO, RV at the true ED and ES), ED/ES exact (frame index equal to the
+truth's), ED/ES "equivalent" (the chosen frame's *true* LV volume is within 0.5 % of EDV of
+the true extreme, i.e. a tie in the truth itself), EF error (points), ACDC group right.
+
+Usage::
+
+    PYTHONPATH=$PWD python benchmarks/cardiac_families.py --family heldout --cases 20 [--size small]
+        [--borderline-every 3] [--bundle DIR] [--out benchmarks/results/cardiac_heldout.json]
+
+``--family heldout`` only measures; never tune anything on its numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bcer.datasets.cardiac import GROUPS, make_cardiac
+from bcer.metrics import dice
+from bcer.tools.registry import call_tool
+
+TIE_FRACTION_OF_EDV = 0.005
+
+
+def frame_equivalent(chosen: int, truth_frame: int, curve: list[float], edv: float) -> bool:
+    """The chosen frame's true LV volume is within ``TIE_FRACTION_OF_EDV`` x EDV of the truth frame's."""
+    return abs(curve[chosen] - curve[truth_frame]) <= TIE_FRACTION_OF_EDV * edv
+
+
+def run_case(ph, bundle: str | None) -> dict[str, Any]:
+    cine, truth = ph.sequences["CINE"], ph.truth
+    t0 = time.time()
+    params = {"bundle_dir": bundle} if bundle else {}
+    seg = call_tool("seg.cardiac", {"cine": cine}, params)["labels"]
+    phases = call_tool("cardiac.ed_es", {"labels": seg, "cine": cine})["phases"]
+    fn = call_tool("quant.cardiac_function", {"labels": seg, "phases": phases},
+                   {"height_cm": ph.metadata["height"], "weight_kg": ph.metadata["weight"]})["function"]
+    group = call_tool("classify.cardiac_acdc", {"function": fn})["classification"]
+    row = fn.rows[0]
+    ed, es = phases.rows[0]["ed_frame"], phases.rows[0]["es_frame"]
+    curve, edv = truth["lv_volume_curve_ml"], truth["lv_edv_ml"]
+    lab, got = np.asarray(ph.labels["seg"].data), np.asarray(seg.data)
+    d = {}
+    for name, k in (("rv", 1), ("myo", 2), ("lv", 3)):
+        d[name] = float(np.mean([dice(got[..., f] == k, lab[..., f] == k)
+                                 for f in (truth["ed_frame"], truth["es_frame"])]))
+    return {
+        "case": ph.case_id, "group": truth["group"], "borderline": bool(truth.get("borderline")),
+        "n_frames": truth["n_frames"], "ed_true": truth["ed_frame"], "es_true": truth["es_frame"],
+        "ed": ed, "es": es, "ed_es_exact": float(ed == truth["ed_frame"] and es == truth["es_frame"]),
+        "ed_es_equivalent": float(frame_equivalent(ed, truth["ed_frame"], curve, edv)
+                                  and frame_equivalent(es, truth["es_frame"], curve, edv)),
+        "ef_true": round(truth["lv_ef_pct"], 2), "ef": round(row["lv_ef_pct"], 2),
+        "ef_error_pts": round(abs(row["lv_ef_pct"] - truth["lv_ef_pct"]), 3),
+        "group_pred": group.label, "group_ok": float(group.label == truth["group"]),
+        "dice": {k: round(v, 4) for k, v in d.items()}, "seconds": round(time.time() - t0, 2),
+        "acquisition": truth.get("acquisition"), "ed_es_margin_ml": truth.get("ed_es_margin_ml"),
+    }
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    def mean(key: str, sub: list[dict[str, Any]] | None = None) -> float | None:
+        vals = [r[key] for r in (rows if sub is None else sub)]
+        return round(float(np.mean(vals)), 4) if vals else None
+    border = [r for r in rows if r["borderline"]]
+    plain = [r for r in rows if not r["borderline"]]
+    return {
+        "cases": len(rows), "ed_es_exact": mean("ed_es_exact"), "ed_es_equivalent": mean("ed_es_equivalent"),
+        "ef_error_pts_mean": mean("ef_error_pts"),
+        "ef_error_pts_max": round(max(r["ef_error_pts"] for r in rows), 3) if rows else None,
+        "group_accuracy": mean("group_ok"), "group_accuracy_borderline": mean("group_ok", border),
+        "group_accuracy_other": mean("group_ok", plain),
+        "dice": {k: round(float(np.mean([r["dice"][k] for r in rows])), 4) for k in ("lv", "myo", "rv")},
+        "median_case_s": round(float(np.median([r["seconds"] for r in rows])), 2),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--family", default="heldout", choices=["base", "randomised", "heldout"])
+    ap.add_argument("--cases", type=int, default=20)
+    ap.add_argument("--size", default="small", choices=["small", "full"])
+    ap.add_argument("--seed0", type=int, default=0)
+    ap.add_argument("--borderline-every", type=int, default=3, help="every Nth case is borderline (0: none)")
+    ap.add_argument("--bundle", default=None)
+    ap.add_argument("--atrium", type=float, default=None,
+                    help="stress test: probability of a left atrium above the base (families draw none)")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    if args.atrium is not None:
+        import dataclasses
+
+        import bcer.datasets.cardiac as cardiac
+
+        cardiac.FAMILY_RANGES[args.family] = dataclasses.replace(cardiac.FAMILY_RANGES[args.family],
+                                                                 atrium=args.atrium)
+    rows = []
+    t0 = time.time()
+    for i in range(args.cases):
+        border = bool(args.borderline_every) and i % args.borderline_every == args.borderline_every - 1
+        ph = make_cardiac(f"{args.family[:2]}{i:03d}", args.seed0 + i, args.size, group=GROUPS[i % 5],
+                          family=args.family, borderline=border)
+        try:
+            row = run_case(ph, args.bundle)
+        except Exception as e:  # a failed case is a row, not the end of the measurement
+            row = {"case": ph.case_id, "group": ph.truth["group"], "error": f"{type(e).__name__}: {e}"}
+            print(json.dumps(row))
+            continue
+        rows.append(row)
+        print(json.dumps({k: row[k] for k in ("case", "group", "borderline", "ed_true", "es_true", "ed", "es",
+                                              "ef_true", "ef", "group_pred", "dice")}), flush=True)
+    failed = args.cases - len(rows)
+    report = {"config": vars(args) | {"out": str(args.out)}, "summary": summarise(rows) | {"failed": failed},
+              "rows": rows, "wall_s": round(time.time() - t0, 1), "load_avg": os.getloadavg()}
+    print(json.dumps(report["summary"], indent=1))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""Cardiac cine phantom families: ranges from the one table, truth measured on the labels,
+trigger delay and slice order drawn, exact ACDC group, borderline cases near a threshold."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import pytest
+
+from bcer.contracts.errors import ErrorCode, ToolError
+from bcer.datasets.cardiac import _BORDER_BAND, FAMILY_RANGES, GROUPS, acdc_criteria, make_cardiac
+from bcer.datasets.cardiac_family import contraction
+
+
+@lru_cache(maxsize=16)
+def _ph(family: str, seed: int, group: str, borderline: bool = False):
+    return make_cardiac(f"{family[:2]}{seed}", seed, "small", group=group, family=family, borderline=borderline)
+
+
+@pytest.mark.parametrize("family,seed", [("randomised", s) for s in range(5)] + [("heldout", 0), ("heldout", 1)])
+def test_family_case_is_consistent(family: str, seed: int) -> None:
+    group = GROUPS[seed % 5]
+    ph = _ph(family, seed, group)
+    fam, t = FAMILY_RANGES[family], ph.truth
+    cine, seg = ph.sequences["CINE"], ph.labels["seg"]
+    assert seg.shape == cine.shape and np.array_equal(seg.affine, cine.affine)
+    sx, sy, sz = cine.spacing
+    assert fam.spacing_mm["small"][0] - 1e-6 <= sx <= fam.spacing_mm["small"][1] + 1e-6 and sx == pytest.approx(sy)
+    lo, hi = fam.frames["small"]
+    assert lo <= cine.n_frames <= hi and t["family"] == family
+    lv = (np.asarray(seg.data) == 3).sum(axis=(0, 1, 2))
+    assert (t["ed_frame"], t["es_frame"]) == (int(np.argmax(lv)), int(np.argmin(lv)))
+    crit = acdc_criteria(t)
+    assert crit[group] and sum(crit.values()) == 1, crit
+    assert np.isfinite(cine.data).all() and set(np.unique(seg.data)) == {0, 1, 2, 3}
+    assert t["ed_es_margin_ml"]["ed"] >= 0 and t["ed_es_margin_ml"]["es"] >= 0
+
+
+def test_randomised_draws_trigger_delay_and_slice_order() -> None:
+    cases = [_ph("randomised", s, GROUPS[s % 5]) for s in range(5)]
+    assert len({c.truth["ed_frame"] for c in cases}) >= 3  # ED is not pinned to frame 0
+    assert {c.truth["acquisition"]["apex_first"] for c in cases} == {True, False}
+    # the heldout family's ranges are not the randomised ones
+    r, h = FAMILY_RANGES["randomised"], FAMILY_RANGES["heldout"]
+    assert r.frames["small"][1] < h.frames["small"][0] and r.fov_mm[1] < h.fov_mm[1]
+    assert r.curves != h.curves
+
+
+def test_same_seed_same_case() -> None:
+    a = make_cardiac("d", 3, "small", group="DCM", family="randomised")
+    b = _ph("randomised", 3, "DCM")
+    assert np.array_equal(a.sequences["CINE"].data, b.sequences["CINE"].data) and a.truth == b.truth
+
+
+@pytest.mark.parametrize("family,group,seed", [("base", "DCM", 0), ("base", "RV", 4), ("randomised", "MINF", 3)])
+def test_borderline_case_is_near_its_threshold(family: str, group: str, seed: int) -> None:
+    ph = _ph(family, seed, group, True)
+    t = ph.truth
+    target = t["borderline_target"] if family == "base" else t["acquisition"]["borderline_target"]
+    assert abs(t[target["value"]] - target["threshold"]) <= _BORDER_BAND[target["value"]]
+    crit = acdc_criteria(t)
+    assert crit[group] and sum(crit.values()) == 1
+
+
+def test_volume_curve_models_have_one_ed_and_one_es() -> None:
+    rng = np.random.default_rng(0)
+    for model in ("cosine", "skewed", "physiological"):
+        c = contraction(400, 0.0, 0.35, model, rng)
+        assert int(np.argmin(c)) == 0 and abs(int(np.argmax(c)) - 140) <= 1
+        assert c.min() == pytest.approx(0.0, abs=1e-6) and c.max() == pytest.approx(1.0, abs=1e-6)
+    with pytest.raises(ToolError) as e:
+        contraction(10, 0.0, 0.35, "flat", rng)
+    assert e.value.code is ErrorCode.value_range
+
+
+def test_unknown_family() -> None:
+    with pytest.raises(ToolError) as e:
+        make_cardiac("x", 0, family="held-out")
+    assert e.value.code is ErrorCode.value_range and "heldout" in e.value.hint

@@ -1,0 +1,39 @@
+"""House rules of the engine's imports: layers point down, no import loop in the executor."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ENGINE = Path(__file__).resolve().parents[2] / "bcer" / "engine"
+
+
+def imported(path: Path) -> set[str]:
+    """Every module a file imports (relative imports resolved against bcer.engine)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = ["bcer", "engine"][: max(0, 2 - (node.level - 1))] if node.level else []
+            mod = ".".join([*base, node.module] if node.module else base)
+            out.add(mod)
+            out |= {f"{mod}.{a.name}" for a in node.names}
+    return out
+
+
+def test_engine_never_imports_actors_bench_or_cli():
+    bad = {p.name: sorted(m for m in imported(p) if m.startswith(("bcer.actors", "bcer.bench", "bcer.cli")))
+           for p in ENGINE.glob("*.py")}
+    assert {k: v for k, v in bad.items() if v} == {}
+
+
+def test_no_import_loop_between_caserun_and_executor():
+    assert not any(m.startswith("bcer.engine.executor") for m in imported(ENGINE / "caserun.py"))
+    assert any(m.startswith("bcer.engine.caserun") for m in imported(ENGINE / "executor.py"))
+
+
+def test_repair_models_live_in_contracts_and_stay_importable_from_the_reflector():
+    from bcer.actors import reflector
+    from bcer.contracts import repair
+
+    assert reflector.Failure is repair.Failure and reflector.Patch is repair.Patch and reflector.Halt is repair.Halt
