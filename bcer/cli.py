@@ -372,7 +372,9 @@ def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
           faults: Optional[str] = typer.Option(None, help="controller ablation: all | fault type[,...] "
                                                "(token_mutation, path_mutation, argument_omission, semantic_swap, "
                                                "space_mismatch, missing_modality, scope_violation, timeout)"),
-          timeout: float = typer.Option(60.0, help="ablation: per-call / per-node timeout in seconds")) -> None:
+          timeout: float = typer.Option(60.0, help="ablation: per-call / per-node timeout in seconds"),
+          family: str = typer.Option("base", help="phantom family: base | randomised | heldout "
+                                                  "(heldout: measure only, never tune on it)")) -> None:
     """Task-contract benchmark: SR/TCR per task with quality against ground truth beside it.
     With --arms/--faults: the controller ablation (SR, TCR, ERR, safe-halt and wrong-deliverable
     rates per arm, task and fault; ``OUT/ablation.json``)."""
@@ -393,7 +395,8 @@ def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
             result = run_bench(ids, cases, out, address=address, size=size, data=data, seed=seed,
                                max_in_flight=max_in_flight, on_case_done=lambda row: bar.advance(job),
                                bundles=bundles, model_dirs=_dirs(model_dir), planner=planner, llm=llm,
-                               llm_record=llm_record, reflector=reflector, cache=cache, node_timeout_s=node_timeout)
+                               llm_record=llm_record, reflector=reflector, cache=cache, node_timeout_s=node_timeout,
+                               family=family if isinstance(family, str) else "base")
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     except KeyboardInterrupt:
@@ -474,7 +477,7 @@ def _print_bench(report: dict) -> None:
         console.print(t)
         for f in s["failures"]:
             console.print(f"  [red]✗[/] {f['case']}: {f['status']} {f['error_code']}: {f['error_message']}")
-    t = Table(title="bench summary")
+    t = Table(title=f"bench summary ({report.get('config', {}).get('family') or 'given data'} family)")
     for col in ("task", "cases", "SR (delivered)", "SR (plausible)", "TCR", "quality (mean; ✓ threshold met)",
                 "median s/case"):
         t.add_column(col)
@@ -502,7 +505,8 @@ def demo(out: Path = typer.Option(Path("demo_out"), help="output folder"),
                   f"outputs in {out}")
     bench(tasks=tasks, cases=cases, out=out, address=address, size="small", data=None, seed=0,
           max_in_flight=2, cache=None, node_timeout=None, bundle=None, model_dir=None, planner=planner, llm=llm,
-          llm_record=llm_record, reflector=reflector, report=True, as_json=False, arms=None, faults=None, timeout=60.0)
+          llm_record=llm_record, reflector=reflector, report=True, as_json=False, arms=None, faults=None, timeout=60.0,
+          family="base")
     console.print(f"inspect a case: [bold]bcer trace {out}/runs/<task>/<case>[/]  ·  tables: {out}/runs/<task>/cohort.parquet")
 
 
@@ -556,15 +560,17 @@ def data_synth(domain: str = typer.Option(..., help="brain | cardiac | prostate"
                n: int = typer.Option(4, "--n", help="number of cases"),
                layout: Optional[str] = typer.Option(None, help="dataset layout (default per domain)"),
                out: Path = typer.Option(..., help="output folder"), seed: int = typer.Option(0),
-               size: str = typer.Option("small", help="small (fast tests) | full (realistic)")) -> None:
+               size: str = typer.Option("small", help="small (fast tests) | full (realistic)"),
+               family: str = typer.Option("base", help="phantom family: base | randomised (tuning/training) "
+                                                       "| heldout (measurement only)")) -> None:
     """Write a phantom cohort with exact ground truth in a real dataset layout."""
     from .datasets.synth import synth_cohort
 
     try:
-        cases = synth_cohort(domain, n, out, layout=layout, seed=seed, size=size)
+        cases = synth_cohort(domain, n, out, layout=layout, seed=seed, size=size, family=family)
     except (ToolError, ValueError) as e:
         _fail(e)
-    console.print(f"wrote {len(cases)} {domain} cases ({size}) to {out}")
+    console.print(f"wrote {len(cases)} {domain} cases ({size}, {family} family) to {out}")
 
 
 @data_app.command("inspect")

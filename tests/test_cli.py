@@ -136,7 +136,7 @@ def test_memory_add_stats_search_export(tmp_path):
     code, out = invoke("memory", "search", "prostate report; multifocal; lesion_2", "--task",
                        "prostate_report", "--memory", mem, "--embedder", "hash", "-k", "2")
     lines = [x for x in out.splitlines() if x and x[0].isdigit()]
-    assert code == 0 and len(lines) == 2 and "pr001 (multifocal" in lines[0], out
+    assert code == 0 and len(lines) == 2 and "pr001 (borderline" in lines[0], out
     code, out = invoke("memory", "export", tmp_path / "mem.jsonl", "--memory", mem, "--embedder", "hash")
     rows = [json.loads(x) for x in (tmp_path / "mem.jsonl").read_text().splitlines()]
     assert code == 0 and len(rows) == 2 and all(r["task"] == "prostate_report" and r["plan"] for r in rows)

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable
 
 from ..contracts import Case, ErrorCode, TaskContract, ToolError, list_contracts, load_contract
 from ..tools.io import write_json
-from .cases import TASK_DATA, synth_task_cases
+from .cases import TASK_DATA, family_options, synth_task_cases
 from .quality import case_quality, summarise
 
 log = logging.getLogger(__name__)
@@ -54,12 +54,13 @@ def resolve_tasks(tasks: str | Iterable[str]) -> list[str]:
     return out
 
 
-def _cases_for(task: str, n_cases: int, out: Path, size: str, data: Path | None, seed: int) -> list[Case]:
+def _cases_for(task: str, n_cases: int, out: Path, size: str, data: Path | None, seed: int,
+               family: str = "base") -> list[Case]:
     if data is None:
         target = out / "data" / task
         if target.exists():  # synthesis is deterministic; layouts would renumber onto old cases
             shutil.rmtree(target)
-        return synth_task_cases(task, n_cases, target, size, seed)
+        return synth_task_cases(task, n_cases, target, size, seed, family)
     root = data / task if (data / task).is_dir() else data
     return _read_cases(root)[:n_cases]
 
@@ -186,7 +187,8 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
               on_case_done: Callable[[dict], None] | None = None, cache: str | Path | None = None,
               node_timeout_s: float | None = None,
               bundles: dict[str, str] | None = None, model_dirs: Iterable[str] = (), planner: str = "offline",
-              llm: Any = None, llm_record: str | Path | None = None, reflector: str = "tier1") -> dict[str, Any]:
+              llm: Any = None, llm_record: str | Path | None = None, reflector: str = "tier1",
+              family: str = "base") -> dict[str, Any]:
     """Run the benchmark and write ``OUT/bench.json``.
 
     Args:
@@ -206,6 +208,8 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
         model_dirs: read-only folders of local model bundles.
         planner, llm, llm_record, reflector: as for ``bcer.Study`` (``--planner``, ``--llm``,
             ``--llm-record``, ``--reflector``); one backend serves every task.
+        family: phantom family ("base" | "randomised" | "heldout"; ignored with ``data``);
+            every task must offer it (``bcer.bench.cases.supports_family``).
 
     Returns:
         ``{"config", "tasks": {id: summary}, "cases": [rows], "total_wall_s", "synth_s"}``.
@@ -224,10 +228,12 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
     for t in ids:
         if data is None and t not in TASK_DATA:
             raise ToolError(ErrorCode.value_range, f"task {t!r} has no phantom generator; give --data", arg="tasks")
+        if data is None:
+            family_options(t, family)  # fail before any synthesis when a task lacks the family
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    cases = {t: _cases_for(t, n_cases, out, size, Path(data) if data else None, seed) for t in ids}
+    cases = {t: _cases_for(t, n_cases, out, size, Path(data) if data else None, seed, family) for t in ids}
     synth_s = time.time() - t0
     resources = ensure_ray(address)
     from ..actors.specs import Controller
@@ -240,6 +246,7 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
     summary = {r["task"]: task_summary(load_contract(r["task"]), r["rows"], r["wall_s"]) for r in results}
     report = {
         "config": {"tasks": ids, "n_cases": n_cases, "size": size if data is None else None,
+                   "family": family if data is None else None,
                    "data": str(data) if data else None, "seed": seed, "planner": planner, "reflector": reflector,
                    "llm": llm if isinstance(llm, str) or llm is None else getattr(llm, "name", "object"),
                    "max_in_flight_per_task": max_in_flight, "cluster": resources, "bundles": bundles,

@@ -329,6 +329,14 @@ def lesion_side_accuracy(case: Case, case_dir: Path, contract: TaskContract) -> 
     return None if m is None else float(np.mean([ok for _, ok in m]))
 
 
+@metric("lesion_sensitivity")
+def lesion_sensitivity(case: Case, case_dir: Path, contract: TaskContract) -> float | None:
+    """Fraction of true lesions that some finding overlaps (box IoU >= 0.1, the rule that makes
+    a finding a true rather than a false positive); None for a case without true lesions."""
+    m = _lesion_matches(case, case_dir, contract)
+    return None if m is None else float(np.mean([iou >= 0.1 for iou, _ in m]))
+
+
 @metric("lesion_false_positives")
 def lesion_false_positives(case: Case, case_dir: Path, contract: TaskContract) -> float | None:
     """Findings that overlap no true lesion (box IoU < 0.1); counted on lesion-free cases too."""

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from scipy import ndimage
@@ -56,7 +56,7 @@ from .phantom import Phantom, Size
 
 log = logging.getLogger(__name__)
 
-__all__ = ["make_prostate", "pirads_category", "PIRADS_RULE", "TISSUES", "B_VALUE", "GRIDS"]
+__all__ = ["make_prostate", "pirads_category", "PIRADS_RULE", "TISSUES", "B_VALUE", "GRIDS", "FAMILIES"]
 
 B_VALUE = 1400.0  # s/mm^2
 ADC_MARKED = 850.0  # 1e-6 mm^2/s: below this, DWI/ADC is "markedly" restricted
@@ -74,6 +74,69 @@ TISSUES: dict[str, tuple[float, float, float]] = {
 }
 _CLASS = {name: i for i, name in enumerate(TISSUES)}
 ZONE_LABELS = {1: "PZ", 2: "TZ"}
+
+# ---------------------------------------------------------------------------------------------
+# Phantom families (one table). "base" is today's phantom (the fixed values in the code below,
+# listed here for reference). "randomised" is domain-randomised and the ONLY family anything is
+# tuned or trained on. "heldout" draws DIFFERENT ranges and anatomy variants (larger, lobulated
+# BPH-like glands with TZ nodules and calcifications, stronger obliquity, other intensity
+# conventions, a receive-coil bias, higher b-values, other lesion sizes/ADC) and is used only
+# to measure: never tune a threshold, a network or a default on it, and do not look at its
+# numbers while tuning (tune on "randomised"; run "heldout" at the end and report it as is).
+# ---------------------------------------------------------------------------------------------
+FAMILIES: dict[str, dict[str, Any]] = {
+    "base": {
+        "gland_semi_mm": ((20, 25), (14, 18), (16, 21)), "oblique_deg": (3, 10), "gland_offset_mm": (0, 7),
+        "noise": (0.02, 0.02), "t2_scale": (1.0, 1.0), "b_values": (1400,), "p_identity": 0.0,
+        "lesion_diam_mm": "7-12 or 19-24", "note": "fixed code path; values kept clear of PI-RADS thresholds",
+    },
+    "randomised": {
+        # anatomy
+        "gland_semi_mm": ((17, 26), (12, 19), (14, 22)), "gland_ripple": (0.03, 0.08), "gland_tilt_deg": 12.0,
+        "tz_scale": (0.6, 0.74), "p_capsule": 0.5, "capsule_mm": (1.0, 2.0),
+        "rectum_semi_mm": ((11, 17), (8, 13)), "gas_fraction": (0.0, 0.6),
+        "p_bladder": 0.8, "bladder_gap_mm": (-2, 14), "p_vesicles": 0.6,
+        "tz_nodules": (0, 0), "calcifications": (0, 0),
+        # tissue contrast (T2w relative to fat; ADC in 1e-6 mm2/s)
+        "tissue_jitter": 0.15, "fat_t2": (650, 850), "pz_fat_ratio": (1.08, 1.4), "tz_fat_ratio": (0.58, 0.8),
+        "pz_adc": (1450, 1900), "tz_adc": (1050, 1350),
+        # scanner geometry, per series
+        "gland_offset_mm": (0, 25), "gland_offset_si_mm": 8.0, "oblique_deg": (0, 20),
+        "adc_center_offset_mm": (0, 15), "fov_scale": (0.95, 1.25), "spacing_scale": (0.9, 1.1),
+        "slice_scale": (0.85, 1.1), "extra_slices": (-2, 3),
+        # intensity conventions and degradations
+        "t2_scale": (0.4, 2.5), "dwi_scale": (0.4, 2.5), "p_adc_integer": 0.3,
+        "noise": (0.01, 0.04), "adc_noise_factor": (1.0, 2.5), "bias": (0.0, 0.25), "bias_kind": "poly",
+        "b_values": (1400, 1500),
+        # ADC->T2w motion between the series (a share of cases has none)
+        "p_identity": 0.3, "misalign_rot_deg": 5.0, "misalign_trans_mm": 5.0,
+        # lesions: continuous ranges (values near every PI-RADS threshold occur)
+        "lesion_diam_mm": (6, 24), "lesion_ripple": 0.08, "pz_lesion_adc": (550, 1000),
+        "tz_lesion_adc": (550, 900), "lesion_t2_ratio": (0.35, 0.85), "p_pz": 0.7,
+        "series": {"T2w": "AX_T2", "ADC": "AX_DIFFUSION_ADC", "DWI": "AX_DIFFUSION_CALC_BVAL"},
+    },
+    "heldout": {
+        "gland_semi_mm": ((21, 30), (15, 22), (17, 25)), "gland_ripple": (0.07, 0.12), "gland_tilt_deg": 20.0,
+        "tz_scale": (0.68, 0.8), "p_capsule": 0.8, "capsule_mm": (1.0, 2.5),
+        "rectum_semi_mm": ((13, 20), (9, 15)), "gas_fraction": (0.2, 0.8),
+        "p_bladder": 0.9, "bladder_gap_mm": (-6, 6), "p_vesicles": 0.9,
+        "tz_nodules": (1, 4), "calcifications": (0, 3),
+        "tissue_jitter": 0.2, "fat_t2": (800, 1100), "pz_fat_ratio": (0.98, 1.25), "tz_fat_ratio": (0.45, 0.7),
+        "pz_adc": (1350, 1800), "tz_adc": (1000, 1400),
+        "gland_offset_mm": (10, 35), "gland_offset_si_mm": 10.0, "oblique_deg": (15, 28),
+        "adc_center_offset_mm": (10, 25), "fov_scale": (1.1, 1.4), "spacing_scale": (1.0, 1.15),
+        "slice_scale": (0.85, 1.0), "extra_slices": (2, 6),
+        "t2_scale": (3.0, 12.0), "dwi_scale": (0.1, 0.4), "p_adc_integer": 1.0,
+        "noise": (0.02, 0.05), "adc_noise_factor": (1.5, 2.5), "bias": (0.15, 0.35), "bias_kind": "coil",
+        "b_values": (1600, 2000),
+        "p_identity": 0.35, "misalign_rot_deg": 6.0, "misalign_trans_mm": 6.0,
+        "lesion_diam_mm": (7, 26), "lesion_ripple": 0.12, "pz_lesion_adc": (450, 1050),
+        "tz_lesion_adc": (450, 950), "lesion_t2_ratio": (0.3, 0.8), "p_pz": 0.65,
+        "series": {"T2w": "t2_tse_tra_p2", "ADC": "ADC_map", "DWI": "calc_bval"},
+    },
+}
+LESION_ADC_MAX_FRACTION = 0.82  # a family lesion's ADC stays below this x its zone's normal ADC (visible)
+BORDERLINE_KINDS = ("adc", "size", "t2", "small")
 
 # size -> {grid: (spacing mm, shape)}
 GRIDS: dict[str, dict[str, tuple[tuple[float, float, float], tuple[int, int, int]]]] = {
@@ -131,6 +194,7 @@ class _Lesion:
     adc: float
     t2_ratio: float
     zone: str = ""
+    kind: str = ""  # "" or the borderline kind ("adc", "size", "t2", "small")
 
 
 @dataclass
@@ -239,38 +303,65 @@ def _touches(blob: np.ndarray, others: np.ndarray) -> bool:
     return bool(others.any() and (blob & ndimage.binary_dilation(others, iterations=2)).any())
 
 
-def _place_lesions(rng: np.random.Generator, anat: _Anatomy, pts: np.ndarray, n: int) -> None:
+@dataclass
+class LesionSpec:
+    """How lesions of one case are drawn: diameter, (ADC, T2 ratio) design, boundary ripple, PZ
+    share, and which measured sizes are accepted. The base spec keeps values clear of every
+    PI-RADS threshold; the family specs draw continuous ranges (values near a threshold occur),
+    and ``borderline`` forces one lesion next to a threshold or at the detection limit."""
+
+    diameter: Callable[[np.random.Generator], float]
+    design: Callable[[np.random.Generator, str], tuple[float, float]]
+    ripple: float = 0.08
+    p_pz: float = 0.7
+    accept_size: Callable[[float], bool] = lambda size: not (12.5 <= size <= 17.5)
+    min_voxels: int = 8
+    kind: str = ""
+
+
+def _base_diameter(rng: np.random.Generator) -> float:
+    return float(rng.uniform(19, 24) if rng.random() < 0.35 else rng.uniform(7, 12))
+
+
+BASE_LESIONS = LesionSpec(_base_diameter, _lesion_design)
+
+
+def _place_lesions(rng: np.random.Generator, anat: _Anatomy, pts: np.ndarray, n: int,
+                   specs: list[LesionSpec] | None = None) -> None:
     """Add ``n`` lesions whose measured side/zone are the intended ones and whose size is
-    clear of the 15 mm threshold; retried with new random designs until they are. When a
-    first, large lesion leaves no room for the next one, all are redrawn."""
+    accepted by their spec; retried with new random designs until they are. When a first,
+    large lesion leaves no room for the next one, all are redrawn."""
+    specs = specs or [BASE_LESIONS] * n
     _, zones = anat.classes(pts)
     for _ in range(5):
         anat.lesions.clear()
-        if all(_place_one(rng, anat, pts, zones, idx) for idx in range(n)):
+        if all(_place_one(rng, anat, pts, zones, idx, specs[idx]) for idx in range(n)):
             return
     log.warning("could only place %d of %d lesions", len(anat.lesions), n)
 
 
-def _place_one(rng: np.random.Generator, anat: _Anatomy, pts: np.ndarray, zones: np.ndarray, idx: int) -> bool:
+def _place_one(rng: np.random.Generator, anat: _Anatomy, pts: np.ndarray, zones: np.ndarray, idx: int,
+               spec: LesionSpec = BASE_LESIONS) -> bool:
     for attempt in range(100):
         if attempt % 20 == 0:  # a crowded zone/side: redraw where the lesion should go
-            want_zone = "PZ" if rng.random() < 0.7 else "TZ"
+            want_zone = "PZ" if rng.random() < spec.p_pz else "TZ"
             want_side = str(rng.choice(["L", "R"]))
             sign = 1.0 if want_side == "R" else -1.0
             cand = pts[(zones == (1 if want_zone == "PZ" else 2)) & (sign * pts[..., 0] > 4.0)]
         if len(cand) == 0:
             continue
         center = cand[rng.integers(len(cand))]
-        diam = rng.uniform(19, 24) if rng.random() < 0.35 else rng.uniform(7, 12)
+        diam = spec.diameter(rng)
         semi = diam / 2 * np.array([1.0, rng.uniform(0.75, 1.0), rng.uniform(0.75, 1.0)])
-        adc, t2r = _lesion_design(rng, want_zone)
-        les = _Lesion(_Blob.random(rng, center, semi, 90, 0.08), adc, t2r, want_zone)
+        adc, t2r = spec.design(rng, want_zone)
+        les = _Lesion(_Blob.random(rng, center, semi, 90, spec.ripple), adc, t2r, want_zone)
+        les.kind = spec.kind
         anat.lesions.append(les)
         lab = anat.lesion_labels(pts, zones)
         m = lab == idx + 1
         size, centroid = _measure(m, pts)
         in_zone = np.bincount(zones[m], minlength=3) if m.any() else np.zeros(3)
-        if (m.sum() >= 8 and not (12.5 <= size <= 17.5) and abs(centroid[0]) > 2.0
+        if (m.sum() >= spec.min_voxels and spec.accept_size(size) and abs(centroid[0]) > 2.0
                 and ("R" if centroid[0] > 0 else "L") == want_side
                 and int(np.argmax(in_zone[1:])) + 1 == (1 if want_zone == "PZ" else 2)
                 and not _touches(les.blob.inside(pts), (lab > 0) & (lab <= idx))):
@@ -313,6 +404,8 @@ def _lesion_truth(anat: _Anatomy, t2_pts, t2_lab, t2_zones, t2_img, adc_pts, adc
                "box_voxel": _box(m), "box_voxel_adc": _box(ma) if ma.any() else None,
                "box_world": [p.min(axis=0).tolist(), p.max(axis=0).tolist()]}
         rec["category"] = pirads_category(zone, size, les.adc, les.t2_ratio)
+        if les.kind:
+            rec["borderline"] = les.kind
         out.append(rec)
     return out
 
@@ -329,8 +422,8 @@ def _misalignment(rng: np.random.Generator, misalign: bool, center: np.ndarray) 
 
 
 def make_prostate(case_id: str, seed: int, size: Size = "small", n_lesions: int | None = None,
-                  misalign: bool = True, oblique: bool = True, noise: float = 0.02,
-                  bladder: bool | None = None) -> Phantom:
+                  misalign: bool = True, oblique: bool = True, noise: float | None = None,
+                  bladder: bool | None = None, family: str = "base", borderline: bool = False) -> Phantom:
     """A prostate phantom: T2w, ADC and DWI with zones, lesions and exact ground truth.
 
     Args:
@@ -338,10 +431,18 @@ def make_prostate(case_id: str, seed: int, size: Size = "small", n_lesions: int 
         seed: everything random derives from it (same seed, same phantom).
         size: ``"small"`` (fast, for tests) or ``"full"`` (realistic resolution).
         n_lesions: 0, 1 or 2; random (seeded) when None.
-        misalign: move the diffusion series by a known rigid transform (see module docstring).
-        oblique: oblique, flipped grids; otherwise plain DICOM-axial (LPS) grids.
-        noise: noise std as a fraction of the normal PZ signal (T2w/DWI Rician, ADC Gaussian).
-        bladder: draw the bladder; random (70 %) when None.
+        misalign: move the diffusion series by a known rigid transform (see module docstring);
+            in the randomised/held-out families a share of cases (``p_identity``) has none.
+        oblique: oblique, flipped grids; otherwise plain DICOM-axial (LPS) grids (base only:
+            the families always draw their own obliquity).
+        noise: noise std as a fraction of the normal PZ signal (T2w/DWI Rician, ADC Gaussian);
+            None: 0.02 (base) or the family's range.
+        bladder: draw the bladder; random (base 70 %, families ``p_bladder``) when None.
+        family: ``"base"`` (today's phantom), ``"randomised"`` (tuning/training) or
+            ``"heldout"`` (measurement only); ranges in ``FAMILIES``.
+        borderline: make the first lesion a borderline one (ADC near 850, size near 15 mm,
+            TZ T2 ratio near 0.6, or a lesion at the detection limit; ``truth.lesions[i].borderline``
+            names the kind), so PI-RADS accuracy is not 1.0 by construction.
 
     Returns:
         Phantom with sequences ``T2w``, ``ADC``, ``DWI``; labels ``zones`` (1 PZ, 2 TZ),
@@ -356,13 +457,22 @@ def make_prostate(case_id: str, seed: int, size: Size = "small", n_lesions: int 
         raise ToolError(ErrorCode.value_range, f"unknown size {size!r}", hint=f"valid: {sorted(GRIDS)}", arg="size")
     if n_lesions is not None and not 0 <= n_lesions <= 2:
         raise ToolError(ErrorCode.value_range, f"n_lesions must be 0, 1 or 2, got {n_lesions}", arg="n_lesions")
+    if family not in FAMILIES:
+        raise ToolError(ErrorCode.value_range, f"unknown phantom family {family!r}", hint=f"valid: {sorted(FAMILIES)}",
+                        arg="family")
+    if family != "base":
+        return _make_family(case_id, seed, size, n_lesions, misalign, noise, bladder, family, borderline)
+    noise = 0.02 if noise is None else noise
     rng = np.random.default_rng(seed)
     n = int(rng.choice([0, 1, 2], p=[0.25, 0.45, 0.30])) if n_lesions is None else int(n_lesions)
     anat = _random_anatomy(rng, bool(rng.random() < 0.7) if bladder is None else bladder)
     t2_aff, t2_shape = _grid(rng, "T2w", size, oblique, anat.center)
     adc_aff, adc_shape = _grid(rng, "ADC", size, oblique, anat.center)
     t2_pts = world_coords(t2_aff, t2_shape)
-    _place_lesions(rng, anat, t2_pts, n)
+    specs = [BASE_LESIONS] * n
+    if borderline and n:
+        specs[0] = _borderline(BASE_LESIONS, str(rng.choice(BORDERLINE_KINDS)))
+    _place_lesions(rng, anat, t2_pts, n, specs)
     move, motion = _misalignment(rng, misalign, anat.center)
     t2_imgs, zones, lesions = anat.images(t2_pts, rng, noise)
     # The diffusion scan shows at world point q the tissue that sits at M^-1 q in T2w space.
@@ -391,3 +501,140 @@ def make_prostate(case_id: str, seed: int, size: Size = "small", n_lesions: int 
     metadata = {"age": int(rng.integers(52, 80)), "sex": "M", "psa_ng_ml": round(float(rng.uniform(2, 25)), 1),
                 "b_value": B_VALUE, "history": "elevated PSA; rule out clinically significant prostate cancer"}
     return Phantom(case_id, "prostate", {"T2w": t2, "ADC": adc, "DWI": dwi}, labels, metadata, truth)
+
+
+# ----------------------------------------------------------------------------- borderline lesions
+
+def _borderline(spec: LesionSpec, kind: str) -> LesionSpec:
+    """``spec`` with one value drawn next to a PI-RADS threshold or at the detection limit."""
+    design = spec.design
+    if kind == "adc":  # PZ lesion, ADC within 45 of the 850 threshold
+        return LesionSpec(spec.diameter, lambda rng, zone: (float(rng.uniform(805, 895)), design(rng, zone)[1]),
+                          spec.ripple, 1.0, spec.accept_size, spec.min_voxels, kind)
+    if kind == "t2":  # TZ lesion, T2 ratio within 0.07 of the 0.6 threshold
+        return LesionSpec(spec.diameter, lambda rng, zone: (design(rng, zone)[0], float(rng.uniform(0.53, 0.67))),
+                          spec.ripple, 0.0, spec.accept_size, spec.min_voxels, kind)
+    if kind == "size":  # largest diameter within 2.5 mm of the 15 mm threshold
+        return LesionSpec(lambda rng: float(rng.uniform(14.0, 18.5)), design, spec.ripple, spec.p_pz,
+                          lambda size: 12.5 <= size <= 17.5, spec.min_voxels, kind)
+    if kind == "small":  # 4.5-6.5 mm: about 3-8 voxels of the coarse diffusion grid
+        return LesionSpec(lambda rng: float(rng.uniform(4.5, 6.5)), design, spec.ripple, spec.p_pz,
+                          lambda size: size < 12.5, 3, kind)
+    raise ToolError(ErrorCode.value_range, f"unknown borderline kind {kind!r}", hint=f"valid: {BORDERLINE_KINDS}")
+
+
+def _family_lesions(R: dict[str, Any], values: dict[str, tuple[float, float, float]]) -> LesionSpec:
+    def design(rng: np.random.Generator, zone: str) -> tuple[float, float]:
+        lo, hi = R["pz_lesion_adc" if zone == "PZ" else "tz_lesion_adc"]
+        hi = min(hi, LESION_ADC_MAX_FRACTION * values[zone][1])  # restricted enough to be seen at all
+        return float(rng.uniform(lo, max(lo, hi))), float(rng.uniform(*R["lesion_t2_ratio"]))
+
+    return LesionSpec(lambda rng: float(rng.uniform(*R["lesion_diam_mm"])), design, R["lesion_ripple"], R["p_pz"],
+                      lambda size: True, 6)
+
+
+# ----------------------------------------------------------------------------- families
+
+_FAMILY_SALT = {"randomised": 0x5A11, "heldout": 0x4E1D}  # a seed gives unrelated cases in each family
+
+
+def _family_misalignment(rng: np.random.Generator, R: dict[str, Any], misalign: bool, center: np.ndarray):
+    identity = (not misalign) or rng.random() < R["p_identity"]
+    rot = [0.0] * 3 if identity else rng.uniform(-1, 1, 3) * R["misalign_rot_deg"]
+    trans = [0.0] * 3 if identity else rng.uniform(-1, 1, 3) * R["misalign_trans_mm"]
+    move = rigid_matrix(rot, trans, center)
+    return move, {"fixed": "T2w", "moving": ["ADC", "DWI"], "matrix": move.tolist(),
+                  "matrix_adc_to_t2w": np.linalg.inv(move).tolist(), "rotation_deg": list(map(float, rot)),
+                  "translation_mm": list(map(float, trans)), "center_world": center.tolist(), "identity": bool(identity),
+                  "direction": "tissue at T2w world point p appears in ADC/DWI at matrix @ p "
+                               "(ITK fixed->moving with fixed=T2w, moving=ADC)"}
+
+
+def _offset(rng: np.random.Generator, radial: tuple[float, float], si: float, shrink: float) -> np.ndarray:
+    phi = rng.uniform(0, 2 * np.pi)
+    r = rng.uniform(*radial) * shrink
+    return np.array([r * np.cos(phi), r * np.sin(phi), rng.uniform(-si, si) * shrink])
+
+
+def _family_grids(rng: np.random.Generator, R: dict[str, Any], size: Size, anat: Any, move: np.ndarray):
+    """T2w and ADC grids whose fields of view hold the whole gland (offsets shrink until they do)."""
+    from .pelvis import family_grid, gland_inside
+
+    inv = np.linalg.inv(move)
+    for attempt in range(12):
+        shrink = 0.8 ** attempt
+        t2_center = anat.center + _offset(rng, R["gland_offset_mm"], R["gland_offset_si_mm"], shrink)
+        adc_center = t2_center + _offset(rng, R["adc_center_offset_mm"], 0.3 * R["adc_center_offset_mm"][1], shrink)
+        order = rng.random(2) < 0.5  # per series: numbered along or against the slice normal
+        t2 = family_grid(rng, GRIDS[size]["T2w"], R, t2_center, bool(order[0]))
+        adc = family_grid(rng, GRIDS[size]["ADC"], R, adc_center, bool(order[1]))
+        t2_pts = world_coords(*t2)
+        adc_pts = world_coords(*adc) @ inv[:3, :3].T + inv[:3, 3]
+        if gland_inside(anat.gland.inside(t2_pts)) and gland_inside(anat.gland.inside(adc_pts)):
+            return t2, adc, ("descending" if order[0] else "ascending", "descending" if order[1] else "ascending")
+    raise ToolError(ErrorCode.internal, "no field of view holds the gland", hint="check the family's FOV ranges")
+
+
+def _make_family(case_id: str, seed: int, size: Size, n_lesions: int | None, misalign: bool, noise: float | None,
+                 bladder: bool | None, family: str, borderline: bool) -> Phantom:
+    from .pelvis import random_pelvis, render
+
+    R = FAMILIES[family]
+    rng = np.random.default_rng([int(seed), _FAMILY_SALT[family]])
+    n = int(rng.choice([0, 1, 2], p=[0.25, 0.45, 0.30])) if n_lesions is None else int(n_lesions)
+    anat = random_pelvis(rng, R, _Blob)
+    if bladder is False:
+        anat.bladder = None
+    move, motion = _family_misalignment(rng, R, misalign, anat.center)
+    (t2_aff, t2_shape), (adc_aff, adc_shape), order = _family_grids(rng, R, size, anat, move)
+    t2_pts = world_coords(t2_aff, t2_shape)
+    specs = [_family_lesions(R, anat.values)] * n
+    if borderline and n:
+        specs[0] = _borderline(specs[0], str(rng.choice(BORDERLINE_KINDS)))
+    _place_lesions(rng, anat, t2_pts, n, specs)
+    level = float(rng.uniform(*R["noise"])) if noise is None else float(noise)
+    look = {"noise": level, "adc_sd": level * 1000.0 * float(rng.uniform(*R["adc_noise_factor"])),
+            "t2_scale": float(np.exp(rng.uniform(*np.log(R["t2_scale"])))),
+            "dwi_scale": float(np.exp(rng.uniform(*np.log(R["dwi_scale"])))),
+            "b_value": float(rng.choice(R["b_values"])), "adc_integer": bool(rng.random() < R["p_adc_integer"])}
+    t2_imgs, zones, lesions = render(anat, t2_pts, rng, look, R)
+    adc_world = world_coords(adc_aff, adc_shape)
+    inv = np.linalg.inv(move)
+    d_imgs, zones_adc, lesions_adc = render(anat, adc_world @ inv[:3, :3].T + inv[:3, 3], rng, look, R)
+    names = R["series"]
+    t2 = Image(t2_imgs["T2w"], t2_aff, {"sequence": "T2w", "series_description": names["T2w"], "slice_order": order[0]})
+    adc = Image(d_imgs["ADC"], adc_aff, {"sequence": "ADC", "units": "1e-6 mm2/s", "series_description": names["ADC"],
+                                        "slice_order": order[1]})
+    dwi = Image(d_imgs["DWI"], adc_aff.copy(), {"sequence": "DWI", "b_value": look["b_value"],
+                                                 "series_description": names["DWI"], "slice_order": order[1]})
+    les_names = {i: f"lesion_{i}" for i in range(1, len(anat.lesions) + 1)}
+    labels = {"zones": Mask(zones, t2_aff, {}, labels=dict(ZONE_LABELS)),
+              "gland": Mask((zones > 0).astype(np.int16), t2_aff, {}, labels={1: "gland"}),
+              "lesions": Mask(lesions, t2_aff, {}, labels=dict(les_names)),
+              "lesions_adc": Mask(lesions_adc, adc_aff, {}, labels=dict(les_names)),
+              "gland_adc": Mask((zones_adc > 0).astype(np.int16), adc_aff, {}, labels={1: "gland"})}
+    voxel_ml = (t2.voxel_volume_ml, adc.voxel_volume_ml)
+    lesion_truth = _lesion_truth(anat, t2_pts, lesions, zones, t2.data, adc_world, lesions_adc, adc.data, voxel_ml)
+    gland_c = world_coords(t2_aff, t2_shape)[zones > 0].mean(axis=0)
+    fov_c = t2_aff[:3, :3] @ ((np.asarray(t2_shape) - 1) / 2.0) + t2_aff[:3, 3]
+    truth = {"domain": "prostate", "family": family, "n_lesions": len(lesion_truth), "lesions": lesion_truth,
+             "gland_volume_ml": labels["gland"].volume_ml(1),
+             "pz_volume_ml": labels["zones"].volume_ml(1), "tz_volume_ml": labels["zones"].volume_ml(2),
+             "max_category": max((les["category"] for les in lesion_truth), default=1),
+             "misalignment": motion, "adc_units": "1e-6 mm2/s", "b_value": look["b_value"], "pirads_rule": PIRADS_RULE,
+             "tissue_values": {k: list(v) for k, v in anat.values.items()}, "has_bladder": anat.bladder is not None,
+             "has_vesicles": bool(anat.vesicles), "capsule_mm": anat.capsule_mm, "tz_nodules_and_calcifications": len(anat.nodules),
+             "gland_offset_from_fov_centre_mm": float(np.linalg.norm(gland_c - fov_c)),
+             "slice_order": {"T2w": order[0], "ADC": order[1], "DWI": order[1]},
+             "obliquity_deg": {k: _tilt_deg(a) for k, a in (("T2w", t2_aff), ("ADC", adc_aff))},
+             "intensity": {k: look[k] for k in ("noise", "adc_sd", "t2_scale", "dwi_scale", "adc_integer")}}
+    metadata = {"age": int(rng.integers(50, 82)), "sex": "M", "psa_ng_ml": round(float(rng.uniform(2, 30)), 1),
+                "b_value": look["b_value"], "history": "elevated PSA; rule out clinically significant prostate cancer"}
+    return Phantom(case_id, "prostate", {"T2w": t2, "ADC": adc, "DWI": dwi}, labels, metadata, truth)
+
+
+def _tilt_deg(affine: np.ndarray) -> float:
+    """Angle (deg) between a grid's slice normal and the S-I axis."""
+    a = np.asarray(affine, np.float64)[:3, :3]
+    n = np.cross(a[:, 0], a[:, 1])
+    return float(np.degrees(np.arccos(min(1.0, abs(n[2]) / np.linalg.norm(n)))))

@@ -6,6 +6,7 @@ module path, so a missing or broken generator of one domain never breaks another
 from __future__ import annotations
 
 import importlib
+import inspect
 import itertools
 import logging
 from pathlib import Path
@@ -21,8 +22,13 @@ from .phantom import Phantom, Size
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GENERATORS", "DEFAULT_LAYOUT", "get_generator", "cohort_plan", "iter_cohort",
-           "synth_cohort", "inspect_dataset"]
+__all__ = ["GENERATORS", "DEFAULT_LAYOUT", "FAMILIES", "get_generator", "family_kwargs", "cohort_plan",
+           "iter_cohort", "synth_cohort", "inspect_dataset"]
+
+# Phantom families every generator may offer (``family=`` keyword): "base" = the original
+# phantoms, "randomised" = domain-randomised (tuning/training), "heldout" = other ranges and
+# anatomy variants, never tuned on. A generator without the keyword offers "base" only.
+FAMILIES = ("base", "randomised", "heldout")
 
 # domain -> "module:function"; every generator is ``(case_id, seed, size, **kw) -> Phantom``.
 GENERATORS: dict[str, str] = {
@@ -61,6 +67,26 @@ def get_generator(domain: str) -> Callable[..., Phantom]:
                         arg="domain") from e
 
 
+def family_kwargs(gen: Callable[..., Any], family: str, what: str = "") -> dict[str, Any]:
+    """``{"family": family}`` for a generator that offers it, ``{}`` for "base" (so generators
+    without families keep working unchanged).
+
+    Raises:
+        ToolError: ``value_range`` for an unknown family, or a non-base family that the
+            generator does not offer yet.
+    """
+    if family not in FAMILIES:
+        raise ToolError(ErrorCode.value_range, f"unknown phantom family {family!r}",
+                        hint=did_you_mean(family, FAMILIES), arg="family")
+    if family == "base":
+        return {}
+    if "family" not in inspect.signature(gen).parameters:
+        name = what or getattr(gen, "__name__", "generator")
+        raise ToolError(ErrorCode.value_range, f"{name} has no phantom family {family!r} (base only)",
+                        hint="use --family base, or a domain whose generator offers families", arg="family")
+    return {"family": family}
+
+
 def cohort_plan(domain: str, n: int, seed: int = 0, **kw: Any) -> list[dict[str, Any]]:
     """Case ids, seeds and generator arguments of a cohort, without generating anything.
 
@@ -87,11 +113,12 @@ def cohort_plan(domain: str, n: int, seed: int = 0, **kw: Any) -> list[dict[str,
 
 
 def iter_cohort(domain: str, n: int, seed: int = 0, size: Size = "small", kspace: dict[str, Any] | None = None,
-                **kw: Any) -> Iterator[Phantom]:
+                family: str = "base", **kw: Any) -> Iterator[Phantom]:
     """Phantoms of a cohort, one at a time (so a full-size cohort never sits in memory).
 
     ``kspace`` (options of ``make_kspace_case``, e.g. ``{"R": 8}``) turns every phantom into
-    multi-coil k-space with its fully sampled image as reference.
+    multi-coil k-space with its fully sampled image as reference. ``family`` selects the
+    phantom family (see ``FAMILIES``); checked before the first case is made.
     """
     gen = get_generator(domain)
     if kspace is not None:
@@ -99,12 +126,15 @@ def iter_cohort(domain: str, n: int, seed: int = 0, size: Size = "small", kspace
 
         def gen(case_id, seed_, size_, **kwargs):  # noqa: F811 - the k-space variant
             return make_kspace_case(case_id, seed_, size_, domain=domain, **kspace, **kwargs)
+        fam = family_kwargs(make_kspace_case, family, f"the {domain} k-space generator")
+    else:
+        fam = family_kwargs(gen, family, f"the {domain} generator")
     for item in cohort_plan(domain, n, seed, **kw):
-        yield gen(item["case_id"], item["seed"], size, **item["kwargs"])
+        yield gen(item["case_id"], item["seed"], size, **fam, **item["kwargs"])
 
 
 def synth_cohort(domain: str, n: int, out: str | Path, layout: str | None = None, seed: int = 0,
-                 size: Size = "small", **kw: Any) -> list[Case]:
+                 size: Size = "small", family: str = "base", **kw: Any) -> list[Case]:
     """Generate ``n`` phantoms of ``domain`` and write them under ``out`` in ``layout``.
 
     Args:
@@ -114,6 +144,7 @@ def synth_cohort(domain: str, n: int, out: str | Path, layout: str | None = None
         layout: layout module name; ``DEFAULT_LAYOUT[domain]`` when None.
         seed: cohort seed (case ids and phantoms are deterministic from it).
         size: "small" (tests) or "full" (realistic).
+        family: phantom family, "base" | "randomised" | "heldout" (``FAMILIES``).
         **kw: extra generator arguments (e.g. ``noise=0.03``, ``misalign=True``).
 
     Returns:
@@ -125,9 +156,12 @@ def synth_cohort(domain: str, n: int, out: str | Path, layout: str | None = None
                         hint=did_you_mean(domain, DEFAULT_LAYOUT), arg="domain")
     mod = get_layout(name)
     out = Path(out)
-    log.info("synthesising %d %s cases (%s, seed %d) into %s as %s", n, domain, size, seed, out, name)
+    log.info("synthesising %d %s cases (%s, %s family, seed %d) into %s as %s", n, domain, size, family, seed,
+             out, name)
     kspace = KSPACE_LAYOUTS.get(name)
-    return mod.write(iter_cohort(domain, n, seed, size, kspace=kspace, **kw), out)
+    phantoms = iter_cohort(domain, n, seed, size, kspace=kspace, family=family, **kw)
+    first = next(phantoms)  # a family the generator lacks fails here, before the layout writes anything
+    return mod.write(itertools.chain([first], phantoms), out)
 
 
 def _describe_ref(ref: SequenceRef) -> dict[str, Any]:

@@ -53,6 +53,10 @@ class LesionParams(BaseModel):
                                   description="and at least this much (ADC units) below it")
     dwi_ratio: float = Field(1.2, ge=0.5, le=5.0,
                              description="DWI must exceed this x the lowest zone median DWI")
+    grow_margin_sd: float = Field(2.0, ge=0.0, le=20.0,
+                                  description="a lesion grows from its candidate voxels into connected gland voxels "
+                                              "this many noise SDs (and adc_margin_min) below the reference "
+                                              "(hysteresis; 0 = no growth)")
     min_volume_ml: float = Field(0.05, ge=0.0, le=50.0, description="smallest lesion kept (mL)")
     max_lesions: int = Field(5, ge=1, le=50, description="keep at most this many (largest volume first)")
 
@@ -97,25 +101,30 @@ def _normal_level(v: np.ndarray, sd: float, below: float | None = None) -> float
     """Median ADC of a zone's normal tissue, robust to lesions filling much of the zone.
 
     Lesions only lower the ADC, so when a zone's values split (Otsu) into two classes more
-    than 6 noise SDs apart, its normal tissue is the upper class; a zone mask that swallowed
-    a large lesion (or a lesion that fills most of the TZ) otherwise drags the median down
-    to the lesion's own ADC and the lesion is never a candidate. ``below`` drops voxels of a
-    brighter zone (PZ leaking into the TZ mask) that would pose as the upper class.
+    than 4 noise SDs apart (pure noise splits about 1.6 SDs apart), its normal tissue is the
+    upper class; a zone mask that swallowed a large lesion (or a lesion that fills most of the
+    TZ) otherwise drags the median down to the lesion's own ADC and the lesion is never a
+    candidate. ``below`` drops voxels of a brighter zone (PZ leaking into the TZ mask) that
+    would pose as the upper class, unless that would drop most of the zone: then the zone's
+    own tissue is as bright as the cut (a TZ whose ADC is close to the PZ's).
     """
-    if below is not None and np.count_nonzero(v < below) >= 20:
+    if below is not None and np.count_nonzero(v < below) >= max(20, v.size // 2):
         v = v[v < below]
     med = float(np.median(v))
     if v.size < 40 or float(v.max() - v.min()) <= 0.0:
         return med
     t = threshold_otsu(v)
     lo, hi = v[v <= t], v[v > t]
-    if hi.size >= 20 and lo.size and float(np.median(hi) - np.median(lo)) > 6.0 * sd:
+    # a few voxels of normal tissue may be all a lesion leaves of a small TZ on the coarse grid
+    if hi.size >= max(10, v.size // 10) and lo.size and float(np.median(hi) - np.median(lo)) > 4.0 * sd:
         return float(np.median(hi))
     return med
 
 
 def _candidates(a: np.ndarray, d: np.ndarray, gl: np.ndarray, zo: np.ndarray,
-                p: LesionParams) -> tuple[np.ndarray, dict[str, Any]]:
+                p: LesionParams) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """(core, loose, info): candidate voxels (restricted diffusion at the strict threshold,
+    closed) and the voxels below the looser threshold a lesion may grow into."""
     sels = {}
     for z in (1, 2):
         sel = gl & (zo == z)
@@ -131,7 +140,7 @@ def _candidates(a: np.ndarray, d: np.ndarray, gl: np.ndarray, zo: np.ndarray,
         # PZ first: the brightest zone; its normal level bounds what the TZ's normal tissue can be
         pz = _normal_level(a[sels["PZ"]], sd) if "PZ" in sels else None
         for name, sel in sels.items():
-            below = None if name == "PZ" or pz is None else pz - 6.0 * sd
+            below = None if name == "PZ" or pz is None else pz - 3.0 * sd
             level = pz if name == "PZ" else _normal_level(a[sel], sd, below)
             stats[name] = (float(level), sd, float(np.median(d[sel])))
     else:  # no zone masks: the whole gland is the reference
@@ -140,12 +149,14 @@ def _candidates(a: np.ndarray, d: np.ndarray, gl: np.ndarray, zo: np.ndarray,
     sd = min(s[1] for s in stats.values())
     adc_thr = ref_adc - max(p.adc_margin_sd * sd, p.adc_margin_min)
     dwi_thr = p.dwi_ratio * min(s[2] for s in stats.values())
-    cand = gl & (a < adc_thr) & (d > dwi_thr)
+    strict = gl & (a < adc_thr) & (d > dwi_thr)
     # noise holes inside a lesion must not split it into pieces
-    cand = ndimage.binary_closing(cand, iterations=1) & gl
+    core = ndimage.binary_closing(strict, iterations=1) & gl
+    grow_thr = max(adc_thr, ref_adc - max(p.grow_margin_sd * sd, p.adc_margin_min)) if p.grow_margin_sd > 0 else adc_thr
+    loose = gl & (a < grow_thr) & (d > dwi_thr)
     info = {"zone_adc_median": {k: s[0] for k, s in stats.items()}, "adc_noise_sd": sd,
-            "adc_threshold": adc_thr, "dwi_threshold": dwi_thr}
-    return cand, info
+            "adc_threshold": adc_thr, "adc_grow_threshold": grow_thr, "dwi_threshold": dwi_thr}
+    return core, loose, info
 
 
 def _split_levels(comps: np.ndarray, n: int, a: np.ndarray, thr: float, sd: float,
@@ -251,7 +262,7 @@ def _lesion(idx: int, comp_adc: np.ndarray, a: np.ndarray, adc_aff: np.ndarray, 
                    zone=zone, attributes=attrs)
 
 
-@tool("detect.prostate_lesions", version="1.1", milestone="detection", resources={"num_cpus": 1, "memory_mb": 1024},
+@tool("detect.prostate_lesions", version="1.2", milestone="detection", resources={"num_cpus": 1, "memory_mb": 1024},
       output="findings")
 def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, zones: Mask | None = None,
                      transform: Transform | None = None, t2w: Image | None = None) -> Findings:
@@ -289,13 +300,33 @@ def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, 
     zo_t2 = None if zones is None else np.rint(np.asarray(zones.data)).astype(np.int16)
     zo = (np.zeros(a.shape, np.int16) if zo_t2 is None
           else np.rint(_carry(zo_t2, gland.affine, adc.affine, a.shape, inv, "nearest")).astype(np.int16))
-    cand, info = _candidates(a, d, gl, zo, params)
-    comps, n = ndimage.label(cand, structure=np.ones((3, 3, 3)))
+    core, loose, info = _candidates(a, d, gl, zo, params)
     voxel_ml = abs(np.linalg.det(np.asarray(adc.affine)[:3, :3])) / 1000.0
-    comps, n = _split_levels(comps, n, a, info["adc_threshold"], info["adc_noise_sd"],
-                             max(1, int(np.ceil(params.min_volume_ml / voxel_ml))))
+    min_vox = max(1, int(np.ceil(params.min_volume_ml / voxel_ml)))
+    # A lesion exists when its core (restricted at the strict threshold) is large enough. Its
+    # extent is the core grown by one voxel into the looser threshold (hysteresis: a lesion only
+    # a few noise SDs below the reference shows up as scattered core voxels, and its box, size,
+    # hence PI-RADS, would be too small); grown voxels go to the nearest core, so two lesions
+    # that growth would join stay two.
+    core_lab, n_core = ndimage.label(core, structure=np.ones((3, 3, 3)))
+    core_sizes = np.bincount(core_lab.ravel(), minlength=n_core + 1)
+    ids = np.flatnonzero(core_sizes >= min_vox)
+    ids = ids[ids > 0]
+    seeds = np.zeros(a.shape, np.int32)
+    for j, cid in enumerate(ids, start=1):
+        seeds[core_lab == cid] = j
+    n = len(ids)
+    grown = ndimage.binary_dilation(seeds > 0, structure=np.ones((3, 3, 3)), mask=loose) if n else seeds > 0
+    if n:
+        idx = ndimage.distance_transform_edt(seeds == 0, sampling=adc.spacing, return_distances=False,
+                                             return_indices=True)
+        comps = np.where(grown | (seeds > 0), seeds[tuple(idx)], 0).astype(np.int32)
+    else:
+        comps = seeds
+    comps, n = _split_levels(comps, n, a, info["adc_threshold"], info["adc_noise_sd"], min_vox)
     sizes = ndimage.sum_labels(np.ones_like(a), comps, index=np.arange(1, n + 1)) * voxel_ml if n else np.zeros(0)
-    keep = [int(i) + 1 for i in np.argsort(-sizes) if sizes[i] >= params.min_volume_ml][: params.max_lesions]
+    keep = [int(i) + 1 for i in np.argsort(-sizes) if sizes[i] >= params.min_volume_ml]
+    keep = keep[: params.max_lesions]
     t2 = None if t2w is None else np.asarray(t2w.data, dtype=np.float64)
     normal_t2: dict[int, tuple[float, float]] = {}
     if t2 is not None and zo_t2 is not None:

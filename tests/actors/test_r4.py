@@ -218,8 +218,8 @@ def test_llm_drafter_best_of_k_and_invalid_answers(cases):
 def test_router_profiles(cases):
     ev, _ = cases["prostate_report"]
     r = route(ev, "prostate_report", history="PSA 9", has_llm=True)
-    assert (r.specialisation, r.profile, r.mode, r.k) == ("prostate", "multifocal", "llm", 3)
-    assert r.scope == {"task": "prostate_report", "profile": "multifocal"}
+    assert (r.specialisation, r.profile, r.mode, r.k) == ("prostate", "borderline", "llm", 3)  # case 1: two lesions, the first borderline
+    assert r.scope == {"task": "prostate_report", "profile": "borderline"}
     inputs, _ = report_inputs("prostate_report", 2)  # the generator's no-lesion case
     ev0 = build_evidence(**inputs)
     assert route(ev0, "prostate_report").profile == "no_finding" and route(ev0, "prostate_report").k == 1

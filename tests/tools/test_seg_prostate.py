@@ -86,8 +86,18 @@ def test_lesion_zone_follows_the_truth_zone(seed: int, n_lesions: int) -> None:
         assert {0: "PZ", 1: "TZ"}[int(np.argmax(counts))] == les["zone"], (les["id"], counts)
 
 
+@pytest.mark.parametrize("seed,n_lesions", [(0, 1), (5, 2)])
+def test_classical_method_on_centred_glands(seed: int, n_lesions: int) -> None:
+    """The classical fallback on the base phantoms it was built for (gland at the FOV centre)."""
+    ph = make_prostate(f"c{seed}", seed, size="small", n_lesions=n_lesions)
+    out = call_tool("seg.prostate", {"t2w": ph.sequences["T2w"]}, {"method": "classical"})
+    assert out["zones"].meta["method"] == "classical_t2w"
+    assert dice(out["gland"].data > 0, ph.labels["gland"].data > 0) >= 0.85
+    assert dice(out["zones"].data == 2, ph.labels["zones"].data == 2) >= 0.75
+
+
 def test_tz_ellipsoid_off_keeps_the_band() -> None:
     ph = make_prostate("p26369", 26369, size="small", n_lesions=2)
-    out = call_tool("seg.prostate", {"t2w": ph.sequences["T2w"]}, {"tz_ellipsoid": False})
+    out = call_tool("seg.prostate", {"t2w": ph.sequences["T2w"]}, {"tz_ellipsoid": False, "method": "classical"})
     assert dice(out["zones"].data == 2, ph.labels["zones"].data == 2) >= 0.75
     assert out["zones"].meta["method"] == "classical_t2w"

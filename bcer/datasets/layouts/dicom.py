@@ -8,6 +8,12 @@ Written form (what ``write`` produces, and what ``read`` accepts among other sha
     <out>/<case>/references/<name>.nii.gz              clean reference images (phantoms only)
     <out>/<case>/bcer_truth.json                       truth sidecar (phantoms only)
 
+Each series is written on its own grid, oblique or not, as its affine says; InstanceNumbers follow
+the array's slice axis, so a grid whose slice axis runs against the in-plane cross product (a
+left-handed grid) is a series numbered against the slice normal, and the reader keeps that
+order (``bcer.tools.io.dicom``): series of one case may be numbered in opposite directions.
+A sequence whose ``meta["series_description"]`` is set is written under that description.
+
 Reading identifies series by SeriesDescription, then ProtocolName, through the one alias
 table ``bcer.contracts.sequences.canonical_sequence`` (AX_T2 -> T2w, AX_DIFFUSION_ADC -> ADC,
 AX_DIFFUSION_CALC_BVAL -> DWI, ...), not by folder names: real exports nest series in any
@@ -119,7 +125,8 @@ def _write_case(p: Phantom, out: Path) -> Path:
             raise ToolError(ErrorCode.schema, f"sequence {seq} of {p.case_id} is a {type(art).__name__}; "
                             "the DICOM layout stores 3-D images only",
                             hint="use the acdc/fastmri/cmrx layout for cine or k-space data", case=p.case_id)
-        desc = SERIES_DESCRIPTION.get(seq, seq)
+        # a phantom may name its series as a scanner would (the reader maps names by the alias table)
+        desc = str(art.meta.get("series_description") or SERIES_DESCRIPTION.get(seq, seq))
         extra = dict(tags)
         if "b_value" in art.meta:
             extra["DiffusionBValue"] = float(art.meta["b_value"])

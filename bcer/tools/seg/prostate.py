@@ -1,8 +1,21 @@
 """``seg.prostate``: prostate gland and zones (1 peripheral, 2 transition) on the T2w grid.
 
-With ``bundle_dir`` a local MONAI bundle runs (1 channel: T2w; 2 channels: T2w and the ADC
-resampled onto the T2w grid). Otherwise a classical T2w method; every level is learned from
-the case:
+Methods (``method``):
+
+- ``auto`` (default): the shipped network (``bcer/assets/bundles/prostate_unet3d``, a small
+  3-D MONAI UNet trained by ``scripts/train_prostate_bundle.py`` on the domain-randomised
+  phantom family only; see ``prostate_net``), which finds the gland anywhere in the field of
+  view, on any obliquity and intensity scale; the classical method below when the network is
+  not installed, cannot run, or finds no gland (``meta["fallback"]`` says why);
+- ``network``: the shipped network only (an error when it cannot run);
+- ``classical``: the T2w rules below.
+
+With ``bundle_dir`` that local MONAI bundle runs instead (1 channel: T2w; 2 channels: T2w and
+the ADC resampled onto the T2w grid; a bundle whose metadata names the canonical grid is fed
+as ``prostate_net`` feeds the shipped one).
+
+The classical T2w method learns every level from the case, and assumes the gland fills the
+centre of the field of view (prostate protocols centre it; it fails when they do not):
 
 1. the dominant tissue level (peri-prostatic fat) is the mode of the T2w histogram;
 2. the transition zone level is the mode of the darker-than-fat voxels at the field-of-view
@@ -26,7 +39,7 @@ reported in ``meta`` (an audit number; it is only as good as the ADC/T2w alignme
 from __future__ import annotations
 
 import logging
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 from pydantic import Field
@@ -47,6 +60,9 @@ _CONN = ndi.generate_binary_structure(3, 1)
 
 
 class ProstateParams(BundleParams):
+    method: Literal["auto", "network", "classical"] = Field(
+        "auto", description="auto: shipped network, classical fallback; network: shipped network only; "
+                            "classical: T2w intensity rules (gland at the field-of-view centre)")
     smooth_sigma_mm: float = Field(1.2, ge=0.0, le=5.0, description="in-plane Gaussian pre-smoothing (mm)")
     closing_mm: float = Field(3.0, ge=0.0, le=10.0, description="closing radius that seals the gland outline (mm)")
     convex: bool = Field(True, description="take the per-slice convex hull of the gland (the gland is convex)")
@@ -212,15 +228,38 @@ def _classical(t2w: Image, p: ProstateParams) -> tuple[np.ndarray, dict[str, Any
 
 
 def _bundle(t2w: Image, adc: Image | None, p: ProstateParams, device: str) -> tuple[np.ndarray, dict[str, Any]]:
-    from .bundle import run_bundle
+    from .bundle import load_bundle, run_bundle
     from .bundle_labels import PROSTATE_ZONE_TARGETS, Channel
 
+    bundle = load_bundle(p.bundle_dir, device)
+    if str(bundle.meta.get("bcer", {}).get("grid", "")).startswith("canonical"):
+        from .prostate_net import segment
+
+        return segment(t2w, p.bundle_dir, device, p.overlap, p.sw_batch_size)
     # the bundle's channel_def picks by name; ADC is resampled onto T2w only when it is asked for
     offered = [Channel("T2w", "t2w", t2w.data),
                Channel("ADC", "adc", None if adc is None else (lambda: resample_to(adc, t2w)))]
     labels, meta = run_bundle(p.bundle_dir, offered, t2w.spacing, device, p.roi_size, p.sw_batch_size,
                               p.overlap, affine=t2w.affine, targets=PROSTATE_ZONE_TARGETS)
     return labels.astype(np.int16), meta
+
+
+def _shipped(t2w: Image, p: ProstateParams, device: str) -> tuple[np.ndarray, dict[str, Any]]:
+    """The shipped network; for ``auto``, the classical method when it cannot give a gland."""
+    from .prostate_net import segment, shipped_prostate_bundle
+
+    path = shipped_prostate_bundle()
+    try:
+        if path is None:
+            raise ToolError(ErrorCode.input_missing, "the shipped prostate network is not installed",
+                            hint="run scripts/train_prostate_bundle.py, or use method='classical'", arg="method")
+        return segment(t2w, path, device, p.overlap, p.sw_batch_size)
+    except (ToolError, ImportError) as e:
+        if p.method == "network":
+            raise
+        log.warning("seg.prostate: network unavailable (%s); classical fallback", e)
+        zones, meta = _classical(t2w, p)
+        return zones, dict(meta, fallback=f"{type(e).__name__}: {e}")
 
 
 @tool("seg.prostate", version="1.2", milestone="segmentation",
@@ -246,8 +285,10 @@ def prostate(t2w: Image, params: ProstateParams, adc: Image | None = None, devic
         require_volume(adc, "adc")
     if params.bundle_dir:
         zones, meta = _bundle(t2w, adc, params, device)
-    else:
+    elif params.method == "classical":
         zones, meta = _classical(t2w, params)
+    else:
+        zones, meta = _shipped(t2w, params, device)
     vox = t2w.voxel_volume_ml
     meta.update(gland_ml=float(np.count_nonzero(zones) * vox), pz_ml=float(np.count_nonzero(zones == 1) * vox),
                 tz_ml=float(np.count_nonzero(zones == 2) * vox))
