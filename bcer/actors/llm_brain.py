@@ -80,26 +80,54 @@ def _clean(schema: Any, defs: Mapping[str, Any]) -> Any:
     return out
 
 
-def _port_options(port: Any, case: Case, ports: Mapping[str, list[str]]) -> list[str]:
+def _canon(name: str) -> str:
+    return canonical_sequence(name) or name
+
+
+def _fits_contract(key: str, tool: str, port: str, case: Case, contract: TaskContract | None) -> bool:
+    """Whether ``@seq.<key>`` fits port ``tool.port`` by the contract's roles and input
+    alternatives: the compiler's rule 3b (``engine.compiler._identity_problem``) applied to the
+    schema, so constrained decoding cannot write what the compiler would reject. Measured: a
+    135M model bound the alternative @seq.T2 to denoise on BraTS cases that have T1 in 8 of 10
+    cases and did not take the compiler's hint in two revisions."""
+    if contract is None:
+        return True
+    got, have = _canon(key), {_canon(k) for k in case.sequences}
+    roles = contract.roles.get(f"{tool}.{port}")
+    if roles and got not in {_canon(r) for r in roles}:
+        return False
+    primary = {_canon(i) for i in contract.inputs}
+    return not any(got in {_canon(a) for a in alts} and got not in primary and _canon(main) in have
+                   for main, alts in contract.input_alternatives.items())
+
+
+def _port_options(port: Any, case: Case, ports: Mapping[str, list[str]], tool: str = "",
+                  contract: TaskContract | None = None) -> list[str]:
     """Tokens a port may bind: artifacts of its kind; a port named after a sequence (``t1c``,
     ``adc``, ``flair``: the alias table) takes only that sequence among the case's sequences
     (or any derived artifact of its kind), as the offline Brain binds it. Measured: without
     this a 135M model bound T2 to all four ports of the tumour segmenter, a plan that compiles
-    and validates and is wrong."""
+    and validates and is wrong. Sequences the contract gives another role are left out too
+    (unless that would leave the port no sequence at all: the compiler then says why)."""
     options = list(ports.get(port.kind.value, []))
     identity = canonical_sequence(port.name)
     same = [t for t in options if t.startswith("@seq.") and canonical_sequence(t[5:]) == identity]
     if identity and same:
         options = same + [t for t in options if not t.startswith("@seq.")]
+    seqs = [t for t in options if t.startswith("@seq.")]
+    fit = [t for t in seqs if _fits_contract(t[5:], tool, port.name, case, contract)]
+    if fit and len(fit) < len(seqs):
+        options = fit + [t for t in options if not t.startswith("@seq.")]
     return options
 
 
-def _args_schema(spec: ToolSpec, case: Case, ports: Mapping[str, list[str]]) -> dict[str, Any]:
+def _args_schema(spec: ToolSpec, case: Case, ports: Mapping[str, list[str]],
+                 contract: TaskContract | None = None) -> dict[str, Any]:
     defs = spec.params_schema.get("$defs", {})
     meta_tokens = [f"@case.{k}" for k in case.metadata] + [f"@runtime.{k}" for k in RUNTIME_KEYS]
     props: dict[str, Any] = {}
     for port in spec.inputs:
-        options = _port_options(port, case, ports)
+        options = _port_options(port, case, ports, spec.name, contract)
         props[port.name] = {"type": "string", "enum": options} if options else {"type": "string", "maxLength": 64}
     for name, ps in spec.params_schema.get("properties", {}).items():
         props[name] = {"anyOf": [_clean(ps, defs), {"type": "string", "enum": meta_tokens}]}
@@ -108,7 +136,7 @@ def _args_schema(spec: ToolSpec, case: Case, ports: Mapping[str, list[str]]) -> 
 
 
 def plan_schema(tools: Mapping[str, ToolSpec], case: Case, max_steps: int = 8,
-                repeats: int = 1) -> dict[str, Any]:
+                repeats: int = 1, contract: TaskContract | None = None) -> dict[str, Any]:
     """JSON schema of the plan an LLM may write for ``case`` with ``tools``.
 
     It is ``PlanSketch`` narrowed: ``steps`` items are ``PlanStep``s whose ``tool`` is one of
@@ -130,7 +158,7 @@ def plan_schema(tools: Mapping[str, ToolSpec], case: Case, max_steps: int = 8,
     for name, spec in sorted(tools.items()):
         branches.append({"type": "object", "additionalProperties": False, "required": ["tool", "id", "args"],
                          "properties": {"tool": {"const": name}, "id": {"enum": ids[name]},
-                                        "args": _args_schema(spec, case, ports)}})
+                                        "args": _args_schema(spec, case, ports, contract)}})
     return {"title": "PlanSketch", "type": "object", "additionalProperties": False, "required": ["steps"],
             "properties": {"steps": {"type": "array", "minItems": 1,
                                      "maxItems": max(1, min(max_steps, repeats * len(tools))),
@@ -328,7 +356,7 @@ class LLMBrain:
                contract: TaskContract | None, purpose: str, rnd: int
                ) -> tuple[PlanSketch | None, str, list[ToolError]]:
         """One model call: the first candidate that compiles, else the least bad one's text and errors."""
-        schema = plan_schema(tools, case, self.max_steps)
+        schema = plan_schema(tools, case, self.max_steps, contract=contract)
         temperature = self.temperature if purpose == "plan" else self.revise_temperature
         try:
             reply = self.backend.complete(messages, json_schema=schema, n=self.k, temperature=temperature,

@@ -59,6 +59,22 @@ def test_schema_restricts_tools_ids_args_and_tokens(case: Case) -> None:
     jsonschema.validate({"steps": [{**SEG, "args": {**SEG["args"], "overlap": "@case.age"}}]}, schema)
 
 
+def test_schema_offers_only_sequences_the_contract_gives_the_port(case: Case) -> None:
+    """The compiler's role rules in the schema: on a case with T1 and T2, denoise's input is T1
+    (T2 is its alternative only when T1 is missing), so constrained decoding cannot bind T2."""
+    contract = load_contract("denoise")
+    tools = plannable_tools(case, contract)
+    step = {"tool": "denoise.nlm", "id": "denoise_nlm", "args": {"image": "@seq.T1"}}
+    schema = plan_schema(tools, case, contract=contract)
+    jsonschema.validate({"steps": [step]}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"steps": [{**step, "args": {"image": "@seq.T2"}}]}, schema)
+    jsonschema.validate({"steps": [{**step, "args": {"image": "@seq.T2"}}]}, plan_schema(tools, case))  # no contract
+    only_t2 = case.model_copy(update={"sequences": {"T2": case.sequences["T2"]}})
+    schema = plan_schema(plannable_tools(only_t2, contract), only_t2, contract=contract)
+    jsonschema.validate({"steps": [{**step, "args": {"image": "@seq.T2"}}]}, schema)  # the alternative stands in
+
+
 def test_valid_answer_compiles_and_is_recorded(case: Case) -> None:
     contract = load_contract("segment_brain")
     backend = fake.ScriptedBackend([plan_json(SEG)])
