@@ -146,7 +146,10 @@ def _augment(x: torch.Tensor, y: torch.Tensor, gen: torch.Generator) -> tuple[to
     return x, y[:, 0].long()
 
 
-def train(x_all: np.ndarray, y_all: np.ndarray, steps: int, seed: int, batch: int) -> torch.nn.Module:
+def train(x_all: np.ndarray, y_all: np.ndarray, steps: int, seed: int, batch: int,
+          max_seconds: float | None = None) -> tuple[torch.nn.Module, int]:
+    """The trained network and the number of steps run (fewer than ``steps`` only when
+    ``max_seconds`` ran out; rerunning with ``--steps`` at that number reproduces the weights)."""
     from monai.bundle import ConfigParser
     from monai.losses import DiceCELoss
 
@@ -171,7 +174,10 @@ def train(x_all: np.ndarray, y_all: np.ndarray, steps: int, seed: int, batch: in
         run.append(float(loss))
         if step % 50 == 0 or step == steps - 1:
             log.info("step %d loss %.4f (%.0f s)", step, float(np.mean(run[-50:])), time.time() - t0)
-    return net.eval()
+        if max_seconds is not None and time.time() - t0 > max_seconds:
+            log.warning("training stopped by --max-train-s after %d of %d steps", step + 1, steps)
+            return net.eval(), step + 1
+    return net.eval(), steps
 
 
 def write_bundle(net: torch.nn.Module, out: Path, args: argparse.Namespace) -> None:
@@ -237,7 +243,9 @@ def main() -> None:
     ap.add_argument("--n-train", type=int, default=160)
     ap.add_argument("--n-eval", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--max-train-s", type=float, default=None,
+                    help="stop the optimisation after this many seconds (the metadata records the steps run)")
     ap.add_argument("--eval-only", action="store_true", help="only evaluate the bundle in --out again")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -253,7 +261,8 @@ def main() -> None:
     t0 = time.time()
     x_all, y_all = build(args.n_train, args.seed)
     log.info("%d training slices from %d cines (%.0f s)", len(x_all), args.n_train, time.time() - t0)
-    net = train(x_all, y_all, args.steps, args.seed, args.batch)
+    net, done = train(x_all, y_all, args.steps, args.seed, args.batch, args.max_train_s)
+    args.steps = done
     write_bundle(net, args.out, args)
     train_s = time.time() - t0
     metrics = evaluate(args.out, args.n_eval)
