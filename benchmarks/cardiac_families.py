@@ -93,7 +93,7 @@ def main() -> None:
     ap.add_argument("--seed0", type=int, default=0)
     ap.add_argument("--borderline-every", type=int, default=3, help="every Nth case is borderline (0: none)")
     ap.add_argument("--bundle", default=None)
-    ap.add_argument("--method", default="auto", choices=["auto", "network", "classical"],
+    ap.add_argument("--method", default="auto", choices=["auto", "network", "classical", "hybrid"],
                     help="seg.cardiac method (auto: the shipped network, classical fallback)")
     ap.add_argument("--atrium", type=float, default=None,
                     help="override the family's probability of a left atrium above the base "
