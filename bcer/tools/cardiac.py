@@ -55,15 +55,19 @@ def volume_curves(data: np.ndarray, voxel_ml: float) -> dict[str, np.ndarray]:
 
 
 def blood_volume_curve(cine: Cine, data: np.ndarray) -> np.ndarray | None:
-    """Partial-volume LV blood volume per frame (mL), from the cine under the labels.
+    """Partial-volume LV blood signal per frame (mL of blood), from the cine in one fixed region.
 
-    Each voxel of the LV, and of a one-voxel in-plane ring around it (not RV), counts the
+    The region is the same in every frame: every voxel that is LV in any frame, dilated by
+    two voxels in-plane, minus every voxel that is RV in any frame. Each voxel counts the
     fraction ``(I - myo) / (blood - myo)`` clipped to [0, 1], with the blood level the median
-    of the LV's interior and the myocardium level the median of its labels. A blurred edge
-    keeps the blood signal it spread into the ring, so the sum follows sub-voxel changes of
-    the cavity that a label count rounds away: near ED and ES adjacent frames differ by a
-    fraction of a percent, and this is what tells them apart. None when the levels are not
-    usable (no myocardium, or blood not brighter than it).
+    of the LV's interior and the myocardium level the median of its labels. Near ED and ES
+    adjacent frames differ by a fraction of a percent; a region that followed each frame's
+    labels (cardiac.ed_es 1.1) added the labels' one-voxel jumps to that difference, while
+    in a fixed region only the image changes (static tissue in the ring adds a constant, so
+    the curve's extremes, not its offset, are what it is for). Chosen on the randomised
+    family (40 cines, classical labels): ED and ES both exact on 36 of 40 with the fixed
+    region vs 25 of 40 per-frame, every miss a tie in the truth (within 0.5 % of EDV). None
+    when the levels are not usable (no myocardium, or blood not brighter than it).
     """
     img = np.asarray(cine.data, np.float64)
     lv, myo = data == LV, data == MYO
@@ -74,10 +78,10 @@ def blood_volume_curve(cine: Cine, data: np.ndarray) -> np.ndarray | None:
     level = float(np.median(img[myo]))
     if not blood > level:
         return None
-    cross = np.zeros((3, 3, 1, 1), bool)
+    cross = np.zeros((3, 3, 1), bool)
     cross[:, 1], cross[1, :] = True, True
-    region = ndimage.binary_dilation(lv, structure=cross) & (data != RV)
-    frac = np.clip((img - level) / (blood - level), 0.0, 1.0) * region
+    region = ndimage.binary_dilation(lv.any(axis=3), structure=cross, iterations=2) & ~(data == RV).any(axis=3)
+    frac = np.clip((img - level) / (blood - level), 0.0, 1.0) * region[..., None]
     return frac.sum(axis=(0, 1, 2)) * cine.voxel_volume_ml
 
 
@@ -104,7 +108,7 @@ def _check_frame(value: int | None, n_frames: int, arg: str) -> None:
                         f"(0..{n_frames - 1})", arg=arg)
 
 
-@tool("cardiac.ed_es", version="1.1", milestone="phase_detection", resources={"num_cpus": 1, "memory_mb": 512},
+@tool("cardiac.ed_es", version="1.2", milestone="phase_detection", resources={"num_cpus": 1, "memory_mb": 512},
       output="phases")
 def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
     """End-diastolic and end-systolic frames from the LV volume curve (or from metadata).
@@ -112,8 +116,9 @@ def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
     ED/ES are the frames of largest/smallest LV (label 3) volume, unless ``ed_frame``/``es_frame``
     are given (e.g. bound to ``@case.ed_frame`` from an ACDC ``Info.cfg``); then those are used
     and the table says so (``source``) and whether the volume curve agrees. With the cine,
-    the volume is the partial-volume blood volume under the labels (``blood_volume_curve``),
-    which separates adjacent frames a label count ties; without it, the label count.
+    the phase curve is the partial-volume blood signal in a fixed region around the labels
+    (``blood_volume_curve``), which separates adjacent frames a label count ties and does not
+    follow a frame whose labels fail; without it, the label count.
 
     Args:
         labels: per-frame labels (X, Y, Z, T), 1 RV, 2 MYO, 3 LV.
@@ -155,7 +160,7 @@ def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
     if pv is not None:
         row["lv_blood_curve_ml"] = [round(float(v), 4) for v in pv]
     method = ("argmax/argmin LV volume" if pv is None else
-              "argmax/argmin partial-volume LV blood volume (cine under the labels)")
+              "argmax/argmin partial-volume LV blood signal (cine in a fixed region around the LV labels)")
     meta = {"method": method, "curve_ed_frame": auto_ed, "curve_es_frame": auto_es,
             "label_count_frames": [int(np.argmax(lv)), int(np.argmin(lv))],
             "outlier_frames": [int(i) for i in np.flatnonzero(outliers)],

@@ -75,3 +75,40 @@ def test_auto_falls_back_to_classical_when_the_network_is_missing(monkeypatch, t
     with pytest.raises(ToolError) as e:  # asked for a network: no silent substitute
         call_tool("seg.cardiac", {"cine": ph.sequences["CINE"]}, {"method": "network"})
     assert e.value.code == ErrorCode.input_missing
+
+
+def test_merge_hybrid_takes_the_classical_lv_and_the_network_walls() -> None:
+    """LV from the classical labels, MYO/RV from the network; the network's extra LV rim joins
+    the myocardium; a slice where the network sees no LV (an atrium) loses the classical LV."""
+    from bcer.tools.seg.cardiac import merge_hybrid
+
+    truth = _heart()
+    classical = truth.copy()
+    classical[classical == 2] = 0  # the classical walls are poor; its cavity is right
+    network = truth.copy()
+    rim = (network == 3) & (np.roll(network, 1, axis=0) == 2)
+    network[np.roll(rim, -1, axis=0) & (network == 2)] = 3  # the network's cavity one voxel too wide
+    assert (network == 3).sum() > (truth == 3).sum()
+    atrium = np.zeros_like(truth, bool)
+    atrium[15:25, 15:25, 4, :] = True  # classical LV above the base that the network does not call LV
+    classical[atrium] = 3
+    out = merge_hybrid(classical, network)
+    np.testing.assert_array_equal(out == 3, truth == 3)
+    np.testing.assert_array_equal(out == 1, truth == 1)
+    assert ((out == 2) == (truth == 2)).all()
+    assert not (out[atrium] == 3).any()
+
+
+def test_detached_slices_drop_an_atrium_beyond_an_empty_base() -> None:
+    """In systole the base leaves its slice; blood beyond that gap is not ventricle, while an
+    apex that only tapers is kept."""
+    from bcer.tools.seg.cardiac import _detached_slices
+
+    lv = np.zeros((20, 20, 8), bool)
+    for k, r in zip(range(1, 6), (2, 4, 5, 6, 6)):
+        lv[10 - r:10 + r, 10 - r:10 + r, k] = True  # apex at slice 1 tapering, full at 4-5
+    lv[8:12, 8:12, 7] = True  # slice 6 empty (the base moved up), slice 7 an atrium
+    kept = lv.copy()
+    assert _detached_slices(lv, top=4) == [7]
+    assert not lv[..., 7].any() and np.array_equal(lv[..., :7], kept[..., :7])
+    assert _detached_slices(kept[..., :7].copy(), top=4) == []

@@ -64,6 +64,7 @@ _CONN3 = ndi.generate_binary_structure(3, 1)
 _CROSS2 = ndi.generate_binary_structure(2, 1)[..., None]  # in-plane 4-neighbourhood
 _N_ANGLES = 48
 HYBRID = "hybrid_classical_lv_network_myo_rv"
+VETO = 0.25
 
 
 class CardiacParams(BundleParams):
@@ -289,6 +290,34 @@ def _atrium_slices(cavities: list[tuple[np.ndarray, np.ndarray]]) -> list[int]:
     return sorted(drop)
 
 
+def _detached_slices(lv: np.ndarray, top: int, gap: float = 0.1) -> list[int]:
+    """Slices of one frame's LV beyond a gap in the stack (they are cleared in place).
+
+    The LV is one run of slices. Walking from slice ``top`` (largest LV area over the whole
+    cycle: one frame's largest can be the atrium) towards either end, a slice under ``gap`` x
+    the largest area of the frame's run so far after which the area grows again is a gap: the
+    apex only tapers, so what lies beyond is not ventricle but an atrium above a base that
+    has moved out of the slice in systole (blood, round, next to the LV in the frames
+    where the base slice is empty, so neither the candidate search nor the anti-phase test
+    of :func:`_atrium_slices` rejects it in every frame).
+    """
+    area = lv.sum(axis=(0, 1)).astype(float)
+    if area[top] == 0:
+        return []
+    drop: list[int] = []
+    for step in (1, -1):
+        k, ref = top + step, area[top]
+        while 0 <= k < area.size and 0 <= k + step < area.size:
+            ref = max(ref, area[k])
+            if area[k] < gap * ref and area[k + step] > area[k]:
+                beyond = range(k + step, area.size) if step > 0 else range(0, k + step + 1)
+                drop += [j for j in beyond if area[j] > 0]
+                break
+            k += step
+    lv[:, :, drop] = False
+    return sorted(drop)
+
+
 def _myo_slice(img: np.ndarray, lv: np.ndarray, blocked: np.ndarray, band: tuple[float, float],
                spacing: tuple[float, float], max_wall: float) -> np.ndarray:
     """Myocardium of one slice by rays from the LV centre.
@@ -421,6 +450,8 @@ def _classical(cine: Cine, p: CardiacParams) -> tuple[np.ndarray, dict[str, Any]
     atrium = _atrium_slices(cavities)
     for lv, _ in cavities:
         lv[:, :, atrium] = False
+    top = int(np.argmax(sum(lv.sum(axis=(0, 1)) for lv, _ in cavities)))
+    detached = {t: d for t, (lv, _) in enumerate(cavities) if (d := _detached_slices(lv, top))}
     # noise vs the small myocardium/body contrast: the wall is traced on a smoothed image
     smooth = ndi.gaussian_filter(data, sigma=(0.7, 0.7, 0.0, 0.0))
     minima = _all_wall_minima(smooth, cavities, cine.spacing)
@@ -434,7 +465,7 @@ def _classical(cine: Cine, p: CardiacParams) -> tuple[np.ndarray, dict[str, Any]
                        for t, (lv, rv) in enumerate(cavities)], axis=-1)
     meta = {"method": "classical_cine", "blood_level": blood, "myo_level": myo, "tissue_level": body,
             "blood_threshold": mid, "myo_band": list(band), "heart_voxels": int(heart.sum()),
-            "repicked_frames": repicked, "atrium_slices": atrium}
+            "repicked_frames": repicked, "atrium_slices": atrium, "detached_slices": detached}
     return labels, meta
 
 
@@ -480,14 +511,21 @@ def merge_hybrid(classical: np.ndarray, network: np.ndarray) -> np.ndarray:
     Where the network calls LV what the classical blood threshold does not, on a slice and
     frame where the classical LV exists, the voxel is the blurred endocardial edge and joins
     the myocardium; on slices without a classical LV (an atrium it dropped, the apical cap)
-    the network's LV is dropped.
+    the network's LV is dropped. A slice and frame where the network's LV is under ``VETO``
+    of the classical LV's area loses its classical LV (an atrium above the base).
     """
     out = np.zeros(classical.shape, np.int16)
     out[network == 1] = 1
     out[network == 2] = 2
-    has_lv = (classical == 3).any(axis=(0, 1), keepdims=True)
-    out[(network == 3) & (classical != 3) & has_lv] = 2
-    out[classical == 3] = 3
+    lv = classical == 3
+    # a slice and frame where the network sees almost none of the classical LV is an atrium
+    # the blood threshold took for ventricle (the network was trained with atria present)
+    area_c = lv.sum(axis=(0, 1), keepdims=True)
+    area_n = (network == 3).sum(axis=(0, 1), keepdims=True)
+    lv &= ~(area_n < VETO * area_c)
+    has_lv = lv.any(axis=(0, 1), keepdims=True)
+    out[(network == 3) & ~lv & has_lv] = 2
+    out[lv] = 3
     return out
 
 
