@@ -55,10 +55,12 @@ def test_heldout_ed_es_within_one_frame(seed: int, group: str) -> None:
         assert min((got - want) % n, (want - got) % n) <= 1, (t["acquisition"], got, want)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known held-out shortfall: EF 12.5 and 32 points off on these two cines (20-case benchmark: mean 1.6, "
-    "max 12.5 points); strict, so a fix shows up as XPASS"))
-@pytest.mark.parametrize("seed,group", HELDOUT)
+@pytest.mark.parametrize("seed,group", [
+    pytest.param(0, "NOR", marks=pytest.mark.xfail(strict=True, reason=(
+        "known held-out shortfall: EF more than 3 points off on this cine (seg.cardiac 2.0 still); strict, "
+        "so a fix shows up as XPASS"))),
+    (5, "HCM"),  # 32 points off with seg.cardiac 1.2; within 3 with the 2.0 hybrid (seen as an XPASS)
+])
 def test_heldout_ef_goal(seed: int, group: str) -> None:
     ph, _, _, fn = _chain("heldout", seed, group)
     assert abs(fn["lv_ef_pct"] - ph.truth["lv_ef_pct"]) < 3.0
