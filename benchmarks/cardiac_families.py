@@ -36,10 +36,10 @@ def frame_equivalent(chosen: int, truth_frame: int, curve: list[float], edv: flo
     return abs(curve[chosen] - curve[truth_frame]) <= TIE_FRACTION_OF_EDV * edv
 
 
-def run_case(ph, bundle: str | None) -> dict[str, Any]:
+def run_case(ph, bundle: str | None, method: str = "auto") -> dict[str, Any]:
     cine, truth = ph.sequences["CINE"], ph.truth
     t0 = time.time()
-    params = {"bundle_dir": bundle} if bundle else {}
+    params = {"bundle_dir": bundle, "method": method} if bundle else {"method": method}
     seg = call_tool("seg.cardiac", {"cine": cine}, params)["labels"]
     phases = call_tool("cardiac.ed_es", {"labels": seg, "cine": cine})["phases"]
     fn = call_tool("quant.cardiac_function", {"labels": seg, "phases": phases},
@@ -64,6 +64,7 @@ def run_case(ph, bundle: str | None) -> dict[str, Any]:
         "group_pred": group.label, "group_ok": float(group.label == truth["group"]),
         "dice": {k: round(v, 4) for k, v in d.items()}, "seconds": round(time.time() - t0, 2),
         "acquisition": truth.get("acquisition"), "ed_es_margin_ml": truth.get("ed_es_margin_ml"),
+        "seg_method": seg.meta.get("method"), "seg_fallback": seg.meta.get("fallback"),
     }
 
 
@@ -92,8 +93,11 @@ def main() -> None:
     ap.add_argument("--seed0", type=int, default=0)
     ap.add_argument("--borderline-every", type=int, default=3, help="every Nth case is borderline (0: none)")
     ap.add_argument("--bundle", default=None)
+    ap.add_argument("--method", default="auto", choices=["auto", "network", "classical", "hybrid"],
+                    help="seg.cardiac method (auto: the shipped network, classical fallback)")
     ap.add_argument("--atrium", type=float, default=None,
-                    help="stress test: probability of a left atrium above the base (families draw none)")
+                    help="override the family's probability of a left atrium above the base "
+                         "(randomised: 0.5, heldout: 0; 1 = a stress test)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -111,7 +115,7 @@ def main() -> None:
         ph = make_cardiac(f"{args.family[:2]}{i:03d}", args.seed0 + i, args.size, group=GROUPS[i % 5],
                           family=args.family, borderline=border)
         try:
-            row = run_case(ph, args.bundle)
+            row = run_case(ph, args.bundle, args.method)
         except Exception as e:  # a failed case is a row, not the end of the measurement
             row = {"case": ph.case_id, "group": ph.truth["group"], "error": f"{type(e).__name__}: {e}"}
             print(json.dumps(row))

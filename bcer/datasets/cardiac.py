@@ -133,7 +133,7 @@ FAMILY_RANGES: dict[str, FamilyRanges] = {
         heart_offset_mm=(0.0, 45.0), extra_slices=(0, 1), apex_first=0.5, flip=0.5,
         intensity_scale=(0.5, 2000.0), contrast_mix=(0.0, 1.0), contrast_jitter=0.12, blur_vox=(0.4, 0.9),
         noise=(0.01, 0.06), bias=(0.0, 0.4), es_phase=(0.3, 0.4), curves=("cosine", "skewed"),
-        atrium=0.0, liver=0.5, fat=0.5, pericardial_fat_mm=(0.5, 3.5), slice_profile=0.5,
+        atrium=0.5, liver=0.5, fat=0.5, pericardial_fat_mm=(0.5, 3.5), slice_profile=0.5,
         wall_scale=(0.9, 1.1), height_cm=(155.0, 192.0), weight_kg=(52.0, 105.0)),
     "heldout": FamilyRanges(
         spacing_mm={"small": (3.3, 3.9), "full": (1.7, 2.1)},

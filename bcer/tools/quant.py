@@ -194,9 +194,9 @@ def robust_segment_wall_mm(rows: list[dict[str, Any]]) -> float:
     return max(sorted(v)[-2] if len(v) >= 2 else v[0] for v in by_sector.values())
 
 
-def _regional(ed_lab: np.ndarray, es_lab: np.ndarray, spacing_xy: tuple[float, float],
+def _regional(ed_lab: np.ndarray, es_lab: np.ndarray, affine: np.ndarray,
               p: CardiacFunctionParams) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    rows = regional_thickening(ed_lab, es_lab, spacing_xy, p.n_sectors)
+    rows = regional_thickening(ed_lab, es_lab, affine, p.n_sectors)
     if not rows:
         return {"n_segments": 0, "n_abnormal_segments": 0, "median_segment_thickening_pct": float("nan"),
                 "min_segment_thickening_pct": float("nan"), "max_segment_wall_mm": float("nan"),
@@ -221,7 +221,7 @@ _FUNCTION_UNITS = {
     "ed_frame": "frame", "es_frame": "frame", "height_cm": "cm", "weight_kg": "kg"}
 
 
-@tool("quant.cardiac_function", version="1.1", milestone="quantification",
+@tool("quant.cardiac_function", version="1.2", milestone="quantification",
       resources={"num_cpus": 1, "memory_mb": 1024}, output="function")
 def cardiac_function(labels: Mask, params: CardiacFunctionParams, phases: Table | None = None) -> Table:
     """LV/RV volumes and ejection fractions, myocardial mass, wall thickness, BSA-indexed values
@@ -268,11 +268,11 @@ def cardiac_function(labels: Mask, params: CardiacFunctionParams, phases: Table 
                    lv_mass_index_g_m2=row["myo_mass_g"] / bsa)
     else:
         log.info("quant.cardiac_function: no height/weight, BSA-indexed values left out")
-    summary, regional = _regional(ed_lab, es_lab, (sx, sy), params)
+    summary, regional = _regional(ed_lab, es_lab, labels.affine, params)
     row.update(summary)
     if row["rv_edv_ml"] == 0:
         log.info("quant.cardiac_function: no RV voxels (label %d) at ED", RV)
-    meta = {"method": "label counts x voxel volume; Mosteller BSA; EDT wall thickness; ray-cast regional",
+    meta = {"method": "label counts x voxel volume; Mosteller BSA; EDT wall thickness; ray-cast regional, world-anchored sectors",
             "frames_from": source, "myo_density_g_ml": MYO_DENSITY_G_ML, "regional": regional}
     units = {k: v for k, v in _FUNCTION_UNITS.items() if k in row}
     return Table([row], units, name="cardiac_function", meta=meta)

@@ -49,8 +49,8 @@ def test_regional_thickening_finds_the_infarct() -> None:
     akinetic slices; a normal heart thickens everywhere."""
     for group, seed in (("MINF", 5), ("NOR", 5), ("DCM", 5)):
         ph = _phantom(seed, group)
-        lab, sp = np.asarray(ph.labels["seg"].data), ph.labels["seg"].spacing
-        rows = regional_thickening(lab[..., ph.truth["ed_frame"]], lab[..., ph.truth["es_frame"]], sp[:2])
+        lab, aff = np.asarray(ph.labels["seg"].data), ph.labels["seg"].affine
+        rows = regional_thickening(lab[..., ph.truth["ed_frame"]], lab[..., ph.truth["es_frame"]], aff)
         wall = np.array([r["wall_ed_mm"] for r in rows])
         thick = np.array([r["thickening_pct"] for r in rows])
         abnormal = (thick < 10) & (wall < 0.75 * np.median(wall))
@@ -62,6 +62,65 @@ def test_regional_thickening_finds_the_infarct() -> None:
             assert abnormal.sum() == 0, group
         if group == "NOR":
             assert np.median(thick) > 20  # normal systolic thickening is large
+
+
+def _regrid(data: np.ndarray, affine: np.ndarray, axes: list[int], flips: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The same world content on another voxel grid: array axes permuted, then flipped (what the
+    ablation's ``space_mismatch`` fault writes for a cine)."""
+    moved = np.transpose(data, axes + list(range(3, data.ndim)))
+    aff = np.asarray(affine, np.float64).copy()
+    aff[:3, :3] = aff[:3, :3][:, axes]
+    for a in flips:
+        moved = np.flip(moved, axis=a)
+        aff[:3, 3] += aff[:3, a] * (moved.shape[a] - 1)
+        aff[:3, a] = -aff[:3, a]
+    return np.ascontiguousarray(moved), aff
+
+
+@pytest.mark.parametrize("axes,flips", [([1, 0, 2], []), ([0, 1, 2], [0]), ([1, 0, 2], [1, 2])])
+def test_regional_sectors_are_anchored_in_world_space(axes: list[int], flips: list[int]) -> None:
+    """The same MINF heart stored transposed and/or flipped (incl. the slice order) gets the same
+    sector walls and thickening, the same abnormal segments (on the truth's akinetic slices),
+    and quant.cardiac_function the same summary values; sectors anchored to array axis 0 moved
+    with the grid (a wrong regional answer for cardiac_report under a re-gridded cine)."""
+    ph = _phantom(5, "MINF")
+    seg = ph.labels["seg"]
+    lab, aff = np.asarray(seg.data), seg.affine
+    ed, es, nz = ph.truth["ed_frame"], ph.truth["es_frame"], lab.shape[2]
+    moved, maff = _regrid(lab, aff, axes, flips)
+    assert not np.array_equal(moved, lab)
+
+    def by_key(rows: list[dict], flip_z: bool) -> dict[tuple[int, int], dict]:
+        return {((nz - 1 - r["slice"]) if flip_z else r["slice"], r["sector"]): r for r in rows}
+
+    ref = by_key(regional_thickening(lab[..., ed], lab[..., es], aff), False)
+    got = by_key(regional_thickening(moved[..., ed], moved[..., es], maff), 2 in flips)
+    common = set(ref) & set(got)
+    assert len(common) >= 0.9 * max(len(ref), len(got)) and len(ref) >= 12
+    vox = max(seg.spacing[:2])
+    for key in common:  # nearest-voxel sampling on the same lattice: equal up to rounding ties
+        assert abs(ref[key]["wall_ed_mm"] - got[key]["wall_ed_mm"]) <= 0.25 * vox, key
+        assert abs(ref[key]["thickening_pct"] - got[key]["thickening_pct"]) <= 10.0, key
+    # against truth: walls no thicker than the phantom's thickest wall (+ a voxel of rasterisation)
+    assert max(r["wall_ed_mm"] for r in got.values()) <= ph.truth["max_wall_thickness_mm"] + vox
+    fn = {}
+    for name, (d, a) in {"ref": (lab, aff), "moved": (moved, maff)}.items():
+        out = call_tool("quant.cardiac_function", {"labels": Mask(d, a, labels=dict(seg.labels))})["function"]
+        fn[name] = out.rows[0]
+        abnormal = {r["slice"] if name == "ref" or 2 not in flips else nz - 1 - r["slice"]
+                    for r in out.meta["regional"] if r["abnormal"]}
+        assert abnormal and abnormal <= set(ph.truth["akinesia"]["slices"]), name
+    for key in ("n_abnormal_segments", "n_segments", "lv_ef_pct", "max_wall_thickness_mm"):
+        assert fn["moved"][key] == pytest.approx(fn["ref"][key], abs=0.5), key
+    assert fn["moved"]["robust_segment_wall_mm"] == pytest.approx(fn["ref"]["robust_segment_wall_mm"], abs=0.25 * vox)
+
+
+def test_regional_thickening_needs_an_affine() -> None:
+    ph = _phantom(3, "NOR")
+    lab = np.asarray(ph.labels["seg"].data)
+    with pytest.raises(ToolError) as e:
+        regional_thickening(lab[..., 0], lab[..., 1], np.array([1.5, 1.5]))
+    assert e.value.code == ErrorCode.shape
 
 
 def test_spec() -> None:

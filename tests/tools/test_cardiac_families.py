@@ -55,10 +55,12 @@ def test_heldout_ed_es_within_one_frame(seed: int, group: str) -> None:
         assert min((got - want) % n, (want - got) % n) <= 1, (t["acquisition"], got, want)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known held-out shortfall: EF 12.5 and 32 points off on these two cines (20-case benchmark: mean 1.6, "
-    "max 12.5 points); strict, so a fix shows up as XPASS"))
-@pytest.mark.parametrize("seed,group", HELDOUT)
+@pytest.mark.parametrize("seed,group", [
+    pytest.param(0, "NOR", marks=pytest.mark.xfail(strict=True, reason=(
+        "known held-out shortfall: EF more than 3 points off on this cine (seg.cardiac 2.0 still); strict, "
+        "so a fix shows up as XPASS"))),
+    (5, "HCM"),  # 32 points off with seg.cardiac 1.2; within 3 with the 2.0 hybrid (seen as an XPASS)
+])
 def test_heldout_ef_goal(seed: int, group: str) -> None:
     ph, _, _, fn = _chain("heldout", seed, group)
     assert abs(fn["lv_ef_pct"] - ph.truth["lv_ef_pct"]) < 3.0
@@ -76,6 +78,8 @@ def test_partial_volume_curve_follows_the_truth() -> None:
 
 
 def test_a_frame_that_loses_the_lv_is_never_es() -> None:
+    """A segmentation failure in one frame: with the cine, the fixed-region blood curve does
+    not follow the failed labels; without it, the label-count curve flags the frame."""
     ph = make_cardiac("ol", 3, "small", group="NOR")
     lab = np.asarray(ph.labels["seg"].data).copy()
     t = ph.truth
@@ -85,5 +89,10 @@ def test_a_frame_that_loses_the_lv_is_never_es() -> None:
     seg = Mask(lab, ph.labels["seg"].affine, labels={1: "RV", 2: "MYO", 3: "LV"})
     row = call_tool("cardiac.ed_es", {"labels": seg, "cine": ph.sequences["CINE"]})["phases"]
     assert (row.rows[0]["ed_frame"], row.rows[0]["es_frame"]) == (t["ed_frame"], t["es_frame"])
-    assert row.meta["outlier_frames"] == [bad]
+    pv = np.array(row.rows[0]["lv_blood_curve_ml"])
+    ref = blood_volume_curve(ph.sequences["CINE"], np.asarray(ph.labels["seg"].data))
+    assert abs(pv[bad] - ref[bad]) < 0.05 * ref.max()  # the failed frame keeps its blood signal
+    counts = call_tool("cardiac.ed_es", {"labels": seg})["phases"]
+    assert (counts.rows[0]["ed_frame"], counts.rows[0]["es_frame"]) == (t["ed_frame"], t["es_frame"])
+    assert counts.meta["outlier_frames"] == [bad]
     assert outlier_frames(np.array([10.0, 10.5, 11.0, 10.6, 10.1, 9.9])).sum() == 0  # a smooth cycle has none
