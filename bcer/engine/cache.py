@@ -23,11 +23,11 @@ import json
 import logging
 import os
 import pickle
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from ..tools.io import atomic_write_bytes
 from .digest import canonical_json
 
 log = logging.getLogger(__name__)
@@ -105,18 +105,7 @@ class NodeCache:
         payload = pickle.dumps(outputs, protocol=pickle.HIGHEST_PROTOCOL)
         head = dict(manifest, key=key, format=_FORMAT, payload_bytes=len(payload),
                     payload_sha256=hashlib.sha256(payload).hexdigest(), stored=time.time())
-        path = self.path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:12]}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(json.dumps(head, default=str).encode() + b"\n")
-                fh.write(payload)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        return atomic_write_bytes(self.path(key), json.dumps(head, default=str).encode() + b"\n", payload)
 
     def discard(self, key: str) -> None:
         """Remove an entry (a corrupt one, before it is recomputed)."""

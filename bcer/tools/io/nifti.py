@@ -55,14 +55,17 @@ def read_nifti(path: str | Path, kind: str = "image", labels: dict[int, str] | N
     return Cine(data, affine, meta) if data.ndim == 4 else Image(data, affine, meta)
 
 
-def atomic_write_bytes(path: str | Path, payload: bytes) -> Path:
-    """Write to a temp file in the same folder, then rename: readers never see half a file."""
+def atomic_write_bytes(path: str | Path, payload: bytes, *more: bytes) -> Path:
+    """Write ``payload`` (then ``more``, without joining them in memory) to a temp file in the
+    same folder, then rename: readers never see half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
+            for chunk in more:
+                f.write(chunk)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
