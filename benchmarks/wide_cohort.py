@@ -155,8 +155,9 @@ def main() -> None:
     t0 = time.time()
     cases = make_cases(tmp / "in", args.cases)
     synth_s = time.time() - t0
-    ray.init(address="local", num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False,
-             configure_logging=False, _temp_dir=tempfile.mkdtemp(prefix="bcer_ray_"))
+    from bcer.engine.cluster import ensure_ray
+
+    ensure_ray(num_cpus=args.num_cpus)  # the local cluster bcer starts (both arms run on it)
     warm = cases[: min(64, len(cases))]
     run_ray(warm, tmp / "warm_ray", 16)  # workers and imports warm on both sides
     run_bcer(warm, tmp / "warm_bcer", 16, label="warm")

@@ -20,6 +20,11 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> dict:
         kwargs: dict = {"include_dashboard": False, "log_to_driver": False,
                         "configure_logging": False, "ignore_reinit_error": True}
         if address is None and not os.environ.get("RAY_ADDRESS"):
+            # A local cluster has no dashboard, so nothing reads Ray's metrics; and Ray keeps a
+            # metric series per task name in the driver (names are ``case/node/tool``), which
+            # grows ~10 KB per case (benchmarks/results/wide_cohort_10000*.json). Off by default
+            # here; a user's own setting wins. Joined clusters keep their operators' choice.
+            os.environ.setdefault("RAY_enable_metrics_collection", "0")
             kwargs.update(address="local", num_cpus=num_cpus,
                           _temp_dir=tempfile.mkdtemp(prefix="bcer_ray_"))
         else:
