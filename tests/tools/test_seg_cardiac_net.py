@@ -64,6 +64,13 @@ def test_network_problem_names_what_is_wrong() -> None:
     flat[..., 1:4, :][flat[..., 1:4, :] == 3] = 0
     flat[..., 2, :][lab[..., 2, :] == 3] = 3
     assert "fewer than two slices" in network_problem(flat)
+    no_rv = lab.copy()
+    no_rv[..., 4][no_rv[..., 4] == 1] = 0  # the network lost the RV at one frame: RV EF ~100 %
+    assert "no RV in frame(s) [4]" in network_problem(no_rv)
+    tiny_rv = lab.copy()
+    tiny_rv[..., 4][tiny_rv[..., 4] == 1] = 0
+    tiny_rv[30:34, 30:33, 2, 4] = 1  # 12 voxels left at frame 4: RV EF over 90 %
+    assert "RV volume curve implausible" in network_problem(tiny_rv)
 
 
 def test_auto_falls_back_to_classical_when_the_network_is_missing(monkeypatch, tmp_path) -> None:

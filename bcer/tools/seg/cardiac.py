@@ -485,9 +485,10 @@ def _network(cine: Cine, data: np.ndarray, p: CardiacParams, device: str, bundle
 
 
 def network_problem(labels: np.ndarray) -> str | None:
-    """Why a network's label cine is not a beating LV (None when it is): an LV in every frame
-    across at least two slices, and a volume curve that changes (EF 3-95 %) without more
-    than a quarter of the frames jumping away from both neighbours."""
+    """Why a network's label cine is not a beating heart (None when it is): an LV in every
+    frame across at least two slices, and a volume curve that changes (EF 3-95 %) without more
+    than a quarter of the frames jumping away from both neighbours; an RV in every frame with
+    an RV EF of 3-90 %."""
     from ..cardiac import outlier_frames
 
     lv = np.count_nonzero(labels == 3, axis=(0, 1, 2)).astype(float)
@@ -502,6 +503,14 @@ def network_problem(labels: np.ndarray) -> str | None:
     jumps = outlier_frames(lv)
     if lv.size >= 8 and jumps.sum() >= 2:
         return f"LV volume jumps in frames {np.flatnonzero(jumps).tolist()}"
+    # the hybrid takes the network's RV as is: an RV that vanishes in a frame gives an RV EF
+    # of ~100 % (seen on a base-family cine, caught by the ef_range plausibility check)
+    rv = np.count_nonzero(labels == 1, axis=(0, 1, 2)).astype(float)
+    if (rv < 10).any():
+        return f"no RV in frame(s) {np.flatnonzero(rv < 10).tolist()}"
+    rv_ef = 100.0 * (rv.max() - rv.min()) / rv.max()
+    if not 3.0 <= rv_ef <= 90.0:
+        return f"RV volume curve implausible (EF {rv_ef:.1f} %)"
     return None
 
 
@@ -562,7 +571,7 @@ def _auto(cine: Cine, data: np.ndarray, params: CardiacParams, device: str) -> t
     return labels, meta
 
 
-@tool("seg.cardiac", version="2.0", milestone="segmentation",
+@tool("seg.cardiac", version="2.1", milestone="segmentation",
       resources={"num_cpus": 1, "memory_mb": 2048}, gpu="optional", output="labels")
 def cardiac(cine: Cine, params: CardiacParams, device: str = "cpu") -> Mask:
     """RV/MYO/LV labels (1/2/3) on every frame of a short-axis cine.
