@@ -31,7 +31,7 @@ from typing import Any, Iterator
 from ..contracts.artifacts import kind_of
 from ..contracts.case import SequenceRef
 from ..contracts.errors import ErrorCode, ToolError
-from ..tools.registry import REGISTRY, call_tool, load_all
+from ..tools.registry import REGISTRY, call_tool, get_tool, load_all
 from .cache import CorruptEntry, NodeCache, node_key, subfield_digest
 from .clock import report_start
 from .digest import artifact_digest, canonical_json, file_digest, params_digest
@@ -165,8 +165,28 @@ def _input_digests(spec: dict[str, Any], deps: tuple[dict[str, Any], ...]) -> di
     return out
 
 
+def _framework_imports(tool: str) -> None:
+    """Import a GPU-capable tool's framework (torch) before its time limit is armed.
+
+    A SIGALRM that lands inside ``import torch`` leaves half-registered torch modules in the
+    worker, and every later torch tool in that process fails ("Only a single TORCH_LIBRARY can
+    be used..."): measured in the controller ablation, where first imports on a loaded machine
+    met 60-s limits. Importing outside the limit makes the import uninterruptible and keeps
+    it out of the tool's measured time. Tools without a GPU path never pay for it.
+    """
+    try:
+        reg = get_tool(tool)  # imports the tool's module (outside the limit too)
+    except ToolError:
+        return  # an unknown tool: call_tool raises its typed error under the limit
+    if reg.spec.gpu == "none" or "torch" in sys.modules:
+        return
+    if importlib.util.find_spec("torch") is not None:
+        importlib.import_module("torch")
+
+
 def _run_tool(spec: dict[str, Any], values: tuple[Any, ...], device: str) -> dict[str, Any]:
     inputs = {port: _pluck(v, tuple(path)) for (port, path), v in zip(spec["ports"], values)}
+    _framework_imports(spec["tool"])
     with time_limit(spec.get("timeout_s")):
         result = call_tool(spec["tool"], inputs, spec["params"], device=device)
     missing = [f for f in spec["outputs"] if f not in result]
