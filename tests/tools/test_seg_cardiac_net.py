@@ -119,3 +119,30 @@ def test_detached_slices_drop_an_atrium_beyond_an_empty_base() -> None:
     assert _detached_slices(lv, top=4) == [7]
     assert not lv[..., 7].any() and np.array_equal(lv[..., :7], kept[..., :7])
     assert _detached_slices(kept[..., :7].copy(), top=4) == []
+
+
+@pytest.mark.parametrize("axes,flips", [([1, 0, 2], []), ([0, 1, 2], [0, 1])])
+def test_network_labels_do_not_depend_on_the_voxel_order(axes: list[int], flips: list[int]) -> None:
+    """The same cine stored transposed or flipped in-plane gets the same network labels (mapped
+    back to the first grid): the network runs on a canonical in-plane orientation. Before, the
+    2-D network gave another myocardium and the ablation's space_mismatch cine another LV mass."""
+    from bcer.contracts.artifacts import Cine
+    from bcer.tools.seg.cardiac import CardiacParams, _network
+    from tests.tools.test_cardiac import _regrid
+
+    ph = make_cardiac("eq", 3, size="small", group="HCM")
+    cine = ph.sequences["CINE"]
+    data = np.asarray(cine.data, np.float32)
+    moved, maff = _regrid(data, cine.affine, axes, flips)
+    assert not np.array_equal(moved, data)
+    p, bundle = CardiacParams(), str(B.shipped_bundle())
+    ref, _ = _network(cine, data, p, "cpu", bundle)
+    got, meta = _network(Cine(moved, maff, dict(cine.meta)), moved, p, "cpu", bundle)
+    back = got
+    for a in flips:  # undo the regrid: flips, then the transpose
+        back = np.flip(back, axis=a)
+    back = np.transpose(back, list(np.argsort(axes)) + [3])
+    agree = float((back == ref).mean())
+    assert agree >= 0.999, agree
+    truth = np.asarray(ph.labels["seg"].data)
+    assert (ref[truth == 2] == 2).mean() > 0.6  # and the labels are the heart's (myocardium vs truth)
