@@ -228,6 +228,21 @@ def feedback_message(errors: list[ToolError]) -> Message:
 
 # ---- checking an answer -------------------------------------------------------------------------
 
+def _drop_repeats(steps: list[PlanStep]) -> list[PlanStep]:
+    """A step written again word for word (same id, tool, args) is one step: small models
+    repeat themselves (measured: SmolLM2 wrote ``resample_to_grid`` or ``recon_grappa`` twice on
+    every segment_brain, superres and recon_cardiac case). A repeated id with other content stays,
+    and the compiler rejects it with a typed error."""
+    seen: set[str] = set()
+    out = []
+    for s in steps:
+        key = json.dumps(s.model_dump(mode="json"), sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            out.append(s)
+    return out
+
+
 def parse_plan(text: str, goal: str, domain: str, allowed: set[str]) -> PlanSketch:
     """The PlanSketch an answer holds, or a typed error: ``schema`` (not JSON, not a plan),
     ``bad_reference`` (a tool outside ``allowed``)."""
@@ -244,6 +259,7 @@ def parse_plan(text: str, goal: str, domain: str, allowed: set[str]) -> PlanSket
         first = e.errors()[0]
         raise ToolError(ErrorCode.schema, f"a step is not valid: {'.'.join(map(str, first['loc']))}: "
                         f"{first['msg']}", answer=text[:120]) from None
+    steps = _drop_repeats(steps)
     unknown = [s.tool for s in steps if s.tool not in allowed]
     if unknown:
         from ..contracts.errors import did_you_mean

@@ -157,3 +157,13 @@ def test_revise_asks_once_more_and_wrong_domain_is_not_asked(case: Case) -> None
     with pytest.raises(ToolError) as err:
         LLMBrain(backend).plan("grade", case, load_contract("cardiac_report"))
     assert err.value.code is ErrorCode.input_missing and len(backend.requests) == 2  # no model call
+
+
+def test_a_step_repeated_word_for_word_is_one_step() -> None:
+    from bcer.actors.llm_brain import parse_plan
+
+    step = {"tool": "denoise.nlm", "id": "denoise_nlm", "args": {"image": "@seq.T1"}}
+    sketch = parse_plan(plan_json(step, step), "g", "brain", {"denoise.nlm"})
+    assert [s.id for s in sketch.steps] == ["denoise_nlm"]
+    other = {**step, "args": {"image": "@seq.T2"}}  # same id, other content: kept for the compiler to reject
+    assert len(parse_plan(plan_json(step, other), "g", "brain", {"denoise.nlm"}).steps) == 2
