@@ -45,7 +45,6 @@ import logging
 from typing import Any, Literal
 
 import numpy as np
-from nibabel import orientations as nib_ornt
 from pydantic import Field
 from scipy import ndimage as ndi
 from skimage.filters import threshold_otsu
@@ -475,7 +474,9 @@ def _network(cine: Cine, data: np.ndarray, p: CardiacParams, device: str, bundle
     """Labels of a 2-D (or 3-D) bundle on every frame, tidied into one heart over the cycle."""
     from .bundle import run_bundle
     from .bundle_labels import CARDIAC_TARGETS
-    from .cardiac_net import channels, tidy_labels
+    from nibabel import orientations as nib_ornt
+
+    from .cardiac_net import channels, inplane_ornt, inverse_ornt, tidy_labels
 
     ornt = inplane_ornt(cine.affine)
     canon = nib_ornt.apply_orientation(data, ornt)  # the same heart whatever the voxel order
@@ -487,26 +488,7 @@ def _network(cine: Cine, data: np.ndarray, p: CardiacParams, device: str, bundle
     labels, tidy = tidy_labels(labels.reshape(x, y, z, t))
     meta["tidy"] = tidy
     meta["inplane_ornt"] = ornt.astype(int).tolist()
-    return nib_ornt.apply_orientation(labels, _inverse(ornt)), meta
-
-
-def inplane_ornt(affine: np.ndarray) -> np.ndarray:
-    """nibabel orientation that puts the two in-plane axes in a fixed world order and sense
-    (the slice axis stays): a 2-D network is not equivariant to transposes and flips, so the
-    same cine in another voxel order gave another myocardium (the ablation's space_mismatch
-    fault moved LV mass by up to 7 %)."""
-    cols = [affine[:3, 0], affine[:3, 1]]
-    dom = [int(np.argmax(np.abs(c))) for c in cols]
-    swap = dom[1] < dom[0] or (dom[1] == dom[0] and abs(cols[1][dom[1]]) > abs(cols[0][dom[0]]))
-    target = (1, 0) if swap else (0, 1)
-    return np.array([[target[i], -1.0 if cols[i][dom[i]] < 0 else 1.0] for i in range(2)] + [[2, 1.0]])
-
-
-def _inverse(ornt: np.ndarray) -> np.ndarray:
-    inv = np.zeros_like(ornt)
-    for i, (j, sign) in enumerate(ornt):
-        inv[int(j)] = [i, sign]
-    return inv
+    return nib_ornt.apply_orientation(labels, inverse_ornt(ornt)), meta
 
 
 def network_problem(labels: np.ndarray) -> str | None:
