@@ -175,9 +175,12 @@ def test_shipped_bundle_through_seg_cardiac_on_a_held_out_phantom(offset: int, g
 def test_cuda_and_cpu_bundle_paths_agree() -> None:
     from bcer.datasets.cardiac import make_cardiac
 
+    from bcer.tools.seg.cardiac_net import network_input
+
     cine = make_cardiac("gpu", HELD_OUT_SEED, size="small", group="NOR").sequences["CINE"]
-    x, y, z, t = cine.data.shape
-    flat = np.asarray(cine.data, np.float32).reshape(1, x, y, z * t)
+    # the input the tool builds (2 channels: frames and temporal std); this test only runs on a
+    # GPU machine, so it went stale when the bundle gained its second channel (found there)
+    flat = network_input(np.asarray(cine.data, np.float32), 2)
     cpu, _ = B.run_bundle(str(SHIPPED), flat, cine.spacing, device="cpu")
     gpu, meta = B.run_bundle(str(SHIPPED), flat, cine.spacing, device="cuda")
     assert meta["device"] == "cuda"
