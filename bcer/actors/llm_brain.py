@@ -80,25 +80,13 @@ def _clean(schema: Any, defs: Mapping[str, Any]) -> Any:
     return out
 
 
-def _canon(name: str) -> str:
-    return canonical_sequence(name) or name
-
-
 def _fits_contract(key: str, tool: str, port: str, case: Case, contract: TaskContract | None) -> bool:
     """Whether ``@seq.<key>`` fits port ``tool.port`` by the contract's roles and input
-    alternatives: the compiler's rule 3b (``engine.compiler._identity_problem``) applied to the
+    alternatives: the compiler's rule 3b (``TaskContract.role_problem``) applied to the
     schema, so constrained decoding cannot write what the compiler would reject. Measured: a
     135M model bound the alternative @seq.T2 to denoise on BraTS cases that have T1 in 8 of 10
     cases and did not take the compiler's hint in two revisions."""
-    if contract is None:
-        return True
-    got, have = _canon(key), {_canon(k) for k in case.sequences}
-    roles = contract.roles.get(f"{tool}.{port}")
-    if roles and got not in {_canon(r) for r in roles}:
-        return False
-    primary = {_canon(i) for i in contract.inputs}
-    return not any(got in {_canon(a) for a in alts} and got not in primary and _canon(main) in have
-                   for main, alts in contract.input_alternatives.items())
+    return contract is None or contract.role_problem(tool, port, key, case.sequences) is None
 
 
 def _port_options(port: Any, case: Case, ports: Mapping[str, list[str]], tool: str = "",

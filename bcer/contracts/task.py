@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .artifacts import ArtifactKind
+from .sequences import canonical_sequence
 
 TASKS_DIR = Path(__file__).parent / "tasks"
 
@@ -90,9 +92,37 @@ class TaskContract(BaseModel):
                                  f"deliverables: {sorted(names)}")
         return self
 
+    def role_problem(self, tool: str, port: str, key: str, have: Iterable[str]) -> tuple[str, list[str]] | None:
+        """Whether sequence ``key`` may feed ``tool.port`` in this task, the contract's part of
+        the compiler's rule 3b (one rule for the compiler and the LLM Brain's decoding schema):
+
+        - a port the contract gives a role (``roles``) takes one of those sequences;
+        - an input's alternative (``input_alternatives``) stands in only when the case (whose
+          sequence keys are ``have``) lacks that input.
+
+        Returns (why not, the case's sequence keys that would fit) or None when it fits.
+        """
+        canon = {_canon(k): k for k in have}
+        got = _canon(key)
+        roles = self.roles.get(f"{tool}.{port}")
+        if roles and got not in {_canon(r) for r in roles}:
+            fits = [canon[_canon(r)] for r in roles if _canon(r) in canon]
+            return (f"input {port!r} of {tool} takes {' or '.join(roles)} in task {self.id!r}, not @seq.{key}",
+                    fits)
+        primary = {_canon(i) for i in self.inputs}
+        for main, alts in self.input_alternatives.items():
+            if got in {_canon(a) for a in alts} and got not in primary and _canon(main) in canon:
+                return (f"@seq.{key} is an alternative to the task's input {main}, which the case has",
+                        [canon[_canon(main)]])
+        return None
+
     def allows(self, tool: str) -> bool:
         return not self.allowed_tools or any(
             tool == t or (t.endswith(".*") and tool.startswith(t[:-1])) for t in self.allowed_tools)
+
+
+def _canon(name: str) -> str:
+    return canonical_sequence(name) or name
 
 
 def load_contract(task: str | Path) -> TaskContract:

@@ -198,23 +198,10 @@ def _identity_problem(ctx: _Ctx, step_id: str, port: Port, key: str) -> tuple[st
     if named and named in have and got != named:
         return (f"input {port.name!r} is the {named} input, but binds @seq.{key} (the case has {named})",
                 [have[named]])
-    contract = ctx.contract
-    if contract is None:
-        return None
     tool = ctx.producers.get(step_id)
-    roles = contract.roles.get(f"{tool.name}.{port.name}") if tool is not None else None
-    if roles:
-        allowed = [_canon(r) for r in roles]
-        if got not in allowed:
-            fits = [have[a] for a in allowed if a in have]
-            return (f"input {port.name!r} of {tool.name} takes {' or '.join(roles)} in task {contract.id!r}, "
-                    f"not @seq.{key}", fits)
-    primary = {_canon(i) for i in contract.inputs}
-    for main, alts in contract.input_alternatives.items():
-        if got in {_canon(a) for a in alts} and got not in primary and _canon(main) in have:
-            return (f"@seq.{key} is an alternative to the task's input {main}, which the case has",
-                    [have[_canon(main)]])
-    return None
+    if ctx.contract is None or tool is None:
+        return None
+    return ctx.contract.role_problem(tool.name, port.name, key, ctx.case.sequences)
 
 
 def _check_node_ref(ctx: _Ctx, step_id: str, port: Port, tok: Token) -> str | None:

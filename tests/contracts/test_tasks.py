@@ -59,3 +59,20 @@ def test_deliverables_and_milestones_are_producible(task: str, specs) -> None:
 def test_unknown_contract_is_a_clear_error() -> None:
     with pytest.raises(FileNotFoundError, match="known"):
         load_contract("segment_brian")
+
+
+def test_role_problem_is_rule_3b_for_compiler_and_llm_schema() -> None:
+    """One rule for the compiler and the LLM Brain's schema: roles pin a port's sequences, an
+    input alternative stands in only when the case lacks the input (aliases resolve)."""
+    reg = load_contract("register_prostate")
+    have = ["T2w", "ADC", "DWI"]
+    assert reg.role_problem("register.rigid", "fixed", "T2w", have) is None
+    why, fits = reg.role_problem("register.rigid", "fixed", "ADC", have)
+    assert "takes T2w" in why and fits == ["T2w"]
+    assert reg.role_problem("register.rigid", "moving", "adc", have) is None  # alias of ADC
+    why, fits = reg.role_problem("register.rigid", "moving", "DWI", have)  # DWI only without ADC
+    assert "alternative" in why and fits == ["ADC"]
+    assert reg.role_problem("register.rigid", "moving", "DWI", ["T2w", "DWI"]) is None
+    den = load_contract("denoise")
+    assert den.role_problem("denoise.nlm", "image", "FLAIR", ["T1", "FLAIR"])[1] == ["T1"]
+    assert den.role_problem("denoise.nlm", "image", "FLAIR", ["FLAIR"]) is None
