@@ -30,6 +30,11 @@ from .registry import tool
 
 log = logging.getLogger(__name__)
 _DISTANCE_CUTOFF = 5.0  # exp(-5) < 0.7 %: scikit-image skips such patches
+# A given sigma this far from the image's own noise estimate is a mistake, not a choice: 10x
+# below, NLM returns the input unchanged (an LLM plan once set sigma=1.0 on images whose noise
+# was ~30 and the "denoised" output correlated r = 1.000 with the input); 10x above, it blurs
+# anatomy away. A scanner noise scan agrees with the estimate within ~2x.
+SIGMA_RATIO_LIMIT = 10.0
 
 
 class NLMParams(BaseModel):
@@ -112,11 +117,24 @@ def nlm_torch(data: np.ndarray, sigma: float, h: float, patch_size: int, patch_d
     return to_numpy(acc / wsum).astype(np.float32)
 
 
+def _checked_sigma(data: np.ndarray, sigma: float) -> float:
+    """A given sigma, refused (``value_range``) when it is more than ``SIGMA_RATIO_LIMIT``
+    times off the image's own estimate (not checked on a noise-free image, estimate 0)."""
+    est = estimate_sigma(data)
+    if est > 0 and not est / SIGMA_RATIO_LIMIT <= sigma <= est * SIGMA_RATIO_LIMIT:
+        side = "below" if sigma < est else "above"
+        effect = "the output would be the input unchanged" if sigma < est else "anatomy would be smoothed away"
+        raise ToolError(ErrorCode.value_range, f"sigma={sigma:g} is more than {SIGMA_RATIO_LIMIT:g}x {side} the noise "
+                        f"estimated in the image ({est:.4g}): {effect}",
+                        hint=f"leave sigma unset to use the estimate, or give a value near {est:.3g}", arg="sigma")
+    return sigma
+
+
 def rician_correct(data: np.ndarray, sigma: float) -> np.ndarray:
     return np.sqrt(np.clip(data.astype(np.float64) ** 2 - 2.0 * sigma * sigma, 0.0, None)).astype(np.float32)
 
 
-@tool("denoise.nlm", version="1.0", milestone="denoising", gpu="optional",
+@tool("denoise.nlm", version="1.1", milestone="denoising", gpu="optional",
       resources={"num_cpus": 1, "memory_mb": 2048})
 def nlm(image: Image, params: NLMParams, device: str = "cpu") -> Image:
     """Non-local means denoising of a 3-D magnitude image (Rician-aware), geometry unchanged.
@@ -131,8 +149,9 @@ def nlm(image: Image, params: NLMParams, device: str = "cpu") -> Image:
         The denoised image on the same grid; meta records sigma, h and the backend.
 
     Raises:
-        ToolError: ``shape`` (not 3-D), ``numeric`` (NaN/Inf), ``value_range`` (params or a
-            patch search larger than the volume), ``resource`` (cuda asked, none present).
+        ToolError: ``shape`` (not 3-D), ``numeric`` (NaN/Inf), ``value_range`` (params, a
+            patch search larger than the volume, or a given sigma over 10x off the image's
+            noise estimate), ``resource`` (cuda asked, none present).
     """
     data = require_volume(image, "image")
     reach = params.patch_size // 2 + params.patch_distance
@@ -140,7 +159,7 @@ def nlm(image: Image, params: NLMParams, device: str = "cpu") -> Image:
         raise ToolError(ErrorCode.value_range, f"image {data.shape} is too small for patch_size="
                         f"{params.patch_size} and patch_distance={params.patch_distance}",
                         hint="lower patch_distance", arg="patch_distance")
-    sigma = estimate_sigma(data) if params.sigma is None else float(params.sigma)
+    sigma = estimate_sigma(data) if params.sigma is None else _checked_sigma(data, float(params.sigma))
     h = params.h_factor * max(sigma, 1e-12)
     if device == "cpu":
         out, backend = nlm_skimage(data, sigma, h, params.patch_size, params.patch_distance), "skimage"

@@ -91,3 +91,16 @@ def test_errors(case) -> None:
         with pytest.raises(ToolError) as e:
             call_tool("denoise.nlm", inputs, params)
         assert e.value.code == code, (params, e.value)
+
+
+def test_sigma_far_from_the_image_noise_is_refused(case) -> None:
+    """A given sigma 10x off the image's own estimate is an error, not a silent no-op: with
+    sigma = 1 on noise ~30 (an LLM plan did this) the output equalled the input."""
+    noisy, _, sigma = case
+    for wrong, side in ((sigma / 30, "below"), (sigma * 30, "above")):
+        with pytest.raises(ToolError) as e:
+            call_tool("denoise.nlm", {"image": noisy}, {"sigma": wrong, "patch_distance": 1})
+        assert e.value.code == ErrorCode.value_range and side in e.value.message
+        assert e.value.context["arg"] == "sigma" and "leave sigma unset" in e.value.hint
+    ok = call_tool("denoise.nlm", {"image": noisy}, {"sigma": 2 * sigma, "patch_distance": 1})["image"]
+    assert ok.meta["denoised"]["sigma"] == pytest.approx(2 * sigma)
