@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from . import cli_options as O
 from .contracts import ToolError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -21,28 +22,6 @@ app.add_typer(data_app, name="data")
 memory_app = typer.Typer(no_args_is_help=True, help="The R4 exemplar memory: stats, add, search, export.")
 app.add_typer(memory_app, name="memory")
 console = Console()
-
-
-_CACHE_HELP = "node cache folder: reruns and changed plans reuse every node whose inputs did not change"
-_TIMEOUT_HELP = "time limit of every node in seconds (default: each tool's own)"
-
-
-# llm: the controller options shared by plan/run/cohort/bench/demo
-def _planner_opt():
-    return typer.Option("offline", "--planner", help="offline | llm | llm,offline (LLM Brain, offline fallback)")
-
-
-def _llm_opt():
-    return typer.Option(None, "--llm", help="LLM backend: http://HOST:PORT/v1 or http://HOST:PORT/v1#MODEL | vllm:MODEL "
-                        "or vllm:MODEL@TP | local or local:DIR | replay:FILE")
-
-
-def _record_opt():
-    return typer.Option(None, "--llm-record", help="append every LLM call (prompt, answer, digests) to this JSONL")
-
-
-def _reflector_opt():
-    return typer.Option("tier1", "--reflector", help="tier1 | tier1,llm (an LLM repair tier behind tier 1)")
 
 
 def _fail(err: Exception) -> None:
@@ -56,12 +35,6 @@ def _interrupted(out: Path) -> None:
     console.print(f"[bold yellow]interrupted[/]: tables of the finished cases are in {out}; "
                   "rerun the same command to resume")
     raise typer.Exit(130)
-
-
-_SEQ_HELP = ("map a sequence to files (flat NIfTI folders: T1=*_t1.nii.gz, the case id is what * matches) "
-             "or to a channel (nnU-Net: T2w=0); repeat per sequence")
-_BUNDLE_HELP = "run TOOL with the MONAI bundle in DIR (e.g. seg.brain_tumor=models/brats); repeat per tool"
-_MODEL_DIR_HELP = "read-only folder of model bundles (relative --bundle folders are looked up here); repeatable"
 
 
 def _seq(items: Optional[list[str]]) -> Optional[dict[str, str]]:
@@ -136,15 +109,15 @@ def _param_line(name: str, schema: dict) -> str:
 
 @app.command()
 def plan(case: Path = typer.Option(..., "--case", help="case folder (or dataset folder with one case)"),
-         goal: Optional[str] = typer.Option(None, help="goal text"),
-         task: Optional[str] = typer.Option(None, help="task contract id"),
-         plan_file: Optional[Path] = typer.Option(None, "--plan", help="plan sketch JSON to compile"),
-         layout: Optional[str] = typer.Option(None, help="dataset layout (default: detect)"),
-         seq: Optional[list[str]] = typer.Option(None, "--seq", help=_SEQ_HELP),
-         bundle: Optional[list[str]] = typer.Option(None, "--bundle", help=_BUNDLE_HELP),
-         model_dir: Optional[list[Path]] = typer.Option(None, "--model-dir", help=_MODEL_DIR_HELP),
-         planner: str = _planner_opt(), llm: Optional[str] = _llm_opt(),
-         llm_record: Optional[Path] = _record_opt(),
+         goal: O.Goal = None,
+         task: O.Task = None,
+         plan_file: O.PlanFile = None,
+         layout: O.Layout = None,
+         seq: O.Seq = None,
+         bundle: O.Bundle = None,
+         model_dir: O.ModelDir = None,
+         planner: O.Planner = "offline", llm: O.LLM = None,
+         llm_record: O.LLMRecord = None,
          as_json: bool = typer.Option(False, "--json", help="print sketch and workflow as one JSON object")) -> None:
     """Print the plan sketch and the compiled DAG without running anything."""
     from .api import plan_case
@@ -227,20 +200,20 @@ def _print_summary(result) -> None:
 
 @app.command()
 def run(case: Path = typer.Option(..., "--case", help="case folder"),
-        goal: Optional[str] = typer.Option(None), task: Optional[str] = typer.Option(None),
-        plan_file: Optional[Path] = typer.Option(None, "--plan", help="plan sketch JSON (skips the planner)"),
+        goal: O.Goal = None, task: O.Task = None,
+        plan_file: O.PlanFile = None,
         out: Path = typer.Option(Path("bcer_out"), help="output folder"),
-        address: Optional[str] = typer.Option(None, help="Ray address (default: local cluster)"),
-        layout: Optional[str] = typer.Option(None),
-        cache: Optional[Path] = typer.Option(None, "--cache", help=_CACHE_HELP),
-        node_timeout: Optional[float] = typer.Option(None, "--node-timeout", help=_TIMEOUT_HELP),
-        seq: Optional[list[str]] = typer.Option(None, "--seq", help=_SEQ_HELP),
-        bundle: Optional[list[str]] = typer.Option(None, "--bundle", help=_BUNDLE_HELP),
-        model_dir: Optional[list[Path]] = typer.Option(None, "--model-dir", help=_MODEL_DIR_HELP),
-        r4: str = typer.Option("on", "--r4", help="R4 review of report deliverables: on | off"),
-        memory: Optional[Path] = typer.Option(None, "--memory", help="exemplar-memory folder (shared across cohorts)"),
-        planner: str = _planner_opt(), llm: Optional[str] = _llm_opt(),
-        llm_record: Optional[Path] = _record_opt(), reflector: str = _reflector_opt()) -> None:
+        address: O.Address = None,
+        layout: O.Layout = None,
+        cache: O.Cache = None,
+        node_timeout: O.NodeTimeout = None,
+        seq: O.Seq = None,
+        bundle: O.Bundle = None,
+        model_dir: O.ModelDir = None,
+        r4: O.R4 = "on",
+        memory: O.Memory = None,
+        planner: O.Planner = "offline", llm: O.LLM = None,
+        llm_record: O.LLMRecord = None, reflector: O.Reflector = "tier1") -> None:
     """Run one case."""
     from .api import Study, load_cases
 
@@ -268,26 +241,26 @@ def run(case: Path = typer.Option(..., "--case", help="case folder"),
 
 @app.command()
 def cohort(data: Path = typer.Option(..., "--data", help="dataset folder"),
-           task: Optional[str] = typer.Option(None), goal: Optional[str] = typer.Option(None),
-           plan_file: Optional[Path] = typer.Option(None, "--plan"),
-           out: Path = typer.Option(Path("bcer_out")), address: Optional[str] = typer.Option(None),
-           layout: Optional[str] = typer.Option(None),
+           task: O.Task = None, goal: O.Goal = None,
+           plan_file: O.PlanFile = None,
+           out: Path = typer.Option(Path("bcer_out")), address: O.Address = None,
+           layout: O.Layout = None,
            max_in_flight: Optional[int] = typer.Option(None, help="cases running at once (default: 8 per CPU)"),
            limit: Optional[int] = typer.Option(None, help="first N cases only"),
-           cache: Optional[Path] = typer.Option(None, "--cache", help=_CACHE_HELP),
-           node_timeout: Optional[float] = typer.Option(None, "--node-timeout", help=_TIMEOUT_HELP),
-           seq: Optional[list[str]] = typer.Option(None, "--seq", help=_SEQ_HELP),
-           bundle: Optional[list[str]] = typer.Option(None, "--bundle", help=_BUNDLE_HELP),
-           model_dir: Optional[list[Path]] = typer.Option(None, "--model-dir", help=_MODEL_DIR_HELP),
-           r4: str = typer.Option("on", "--r4", help="R4 review of report deliverables: on | off"),
-           memory: Optional[Path] = typer.Option(None, "--memory", help="exemplar-memory folder (shared across cohorts)"),
-           planner: str = _planner_opt(), llm: Optional[str] = _llm_opt(),
-           llm_record: Optional[Path] = _record_opt(), reflector: str = _reflector_opt(),
+           cache: O.Cache = None,
+           node_timeout: O.NodeTimeout = None,
+           seq: O.Seq = None,
+           bundle: O.Bundle = None,
+           model_dir: O.ModelDir = None,
+           r4: O.R4 = "on",
+           memory: O.Memory = None,
+           planner: O.Planner = "offline", llm: O.LLM = None,
+           llm_record: O.LLMRecord = None, reflector: O.Reflector = "tier1",
            gpu_concurrency: Optional[int] = typer.Option(None, "--gpu-concurrency", min=1,
                                                          help="at most K nodes per GPU at once"),
            model_actors: bool = typer.Option(False, "--model-actors/--no-model-actors",
                                              help="serve --bundle tools from one model actor per GPU"),
-           report: bool = typer.Option(True, "--report/--no-report", help="write the HTML pages (OUT/report)"),
+           report: O.Report = True,
            as_json: bool = typer.Option(False, "--json", help="print the summary and rows as JSON")) -> None:
     """Run many cases; a failing case becomes a row, the others finish; reruns skip _DONE cases."""
     from .api import Study
@@ -355,17 +328,17 @@ def trace(case_dir: Path = typer.Argument(..., help="a case output folder (holds
 def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
           cases: int = typer.Option(10, "--cases", help="cases per task"),
           out: Path = typer.Option(Path("bench_out"), help="output folder (bench.json + per-case outputs)"),
-          address: Optional[str] = typer.Option(None, help="Ray address (default: local cluster)"),
+          address: O.Address = None,
           size: str = typer.Option("small", help="phantom size: small | full"),
           data: Optional[Path] = typer.Option(None, help="read cases from this folder instead of synthesising"),
           seed: int = typer.Option(0), max_in_flight: int = typer.Option(2, help="cases in flight per task"),
-          cache: Optional[Path] = typer.Option(None, "--cache", help=_CACHE_HELP),
-          node_timeout: Optional[float] = typer.Option(None, "--node-timeout", help=_TIMEOUT_HELP),
-          bundle: Optional[list[str]] = typer.Option(None, "--bundle", help=_BUNDLE_HELP),
-          model_dir: Optional[list[Path]] = typer.Option(None, "--model-dir", help=_MODEL_DIR_HELP),
-          planner: str = _planner_opt(), llm: Optional[str] = _llm_opt(),
-          llm_record: Optional[Path] = _record_opt(), reflector: str = _reflector_opt(),
-          report: bool = typer.Option(True, "--report/--no-report", help="write the HTML pages (OUT/report)"),
+          cache: O.Cache = None,
+          node_timeout: O.NodeTimeout = None,
+          bundle: O.Bundle = None,
+          model_dir: O.ModelDir = None,
+          planner: O.Planner = "offline", llm: O.LLM = None,
+          llm_record: O.LLMRecord = None, reflector: O.Reflector = "tier1",
+          report: O.Report = True,
           as_json: bool = typer.Option(False, "--json", help="print the per-task summary as JSON"),
           arms: Optional[str] = typer.Option(None, help="controller ablation: all | react,react_bind,"
                                              "react_bind_ref,bcer (with --faults)"),
@@ -493,10 +466,10 @@ def _print_bench(report: dict) -> None:
 @app.command()
 def demo(out: Path = typer.Option(Path("demo_out"), help="output folder"),
          cases: int = typer.Option(1, "--cases", help="cases per task"),
-         address: Optional[str] = typer.Option(None, help="Ray address (default: local cluster)"),
+         address: O.Address = None,
          tasks: str = typer.Option("all", help="all | task id[,task id...]"),
-         planner: str = _planner_opt(), llm: Optional[str] = _llm_opt(),
-         llm_record: Optional[Path] = _record_opt(), reflector: str = _reflector_opt()) -> None:
+         planner: O.Planner = "offline", llm: O.LLM = None,
+         llm_record: O.LLMRecord = None, reflector: O.Reflector = "tier1") -> None:
     """Synthesise a small mixed cohort (brain, prostate, cardiac, k-space) and run every task
     end to end on Ray (offline Brain by default; ``--planner llm --llm local`` plans with the
     local CPU model); prints SR/TCR and quality per task."""
@@ -574,9 +547,9 @@ def data_synth(domain: str = typer.Option(..., help="brain | cardiac | prostate"
 
 
 @data_app.command("inspect")
-def data_inspect(root: Path = typer.Argument(...), layout: Optional[str] = typer.Option(None),
+def data_inspect(root: Path = typer.Argument(...), layout: O.Layout = None,
                  as_json: bool = typer.Option(False, "--json"),
-                 seq: Optional[list[str]] = typer.Option(None, "--seq", help=_SEQ_HELP)) -> None:
+                 seq: O.Seq = None) -> None:
     """Cases, sequences, shapes, spacings, metadata and available ground truth of a dataset."""
     from .datasets.synth import inspect_dataset
 
