@@ -26,8 +26,8 @@ from bcer.bench.ablation import run_ablation
 
 RESULTS = Path(__file__).parent / "results"
 _ROW_KEYS = ("arm", "task", "case", "fault", "status", "sr", "tcr", "error_code", "error_message", "error_node",
-             "recovered", "safe_halt", "is_wrong", "wrong_deliverables", "present", "repairs", "revisions",
-             "retries", "duration_s", "not_applicable", "clean_ok", "fault_detail")
+             "recovered", "safe_halt", "is_wrong", "wrong_deliverables", "plan_differs", "present", "repairs",
+             "revisions", "retries", "duration_s", "not_applicable", "clean_ok", "fault_detail")
 
 
 def dumps(report: dict) -> str:

@@ -15,7 +15,9 @@ deliverables differ from the same arm's clean run (:mod:`bcer.bench.compare`). M
   typed error code (``input_missing`` / ``sandbox``) and no deliverable file in the case
   folder, over injected;
 - **wrong-deliverable rate**: runs with at least one deliverable that passed its validators
-  but differs from the clean run, over injected.
+  but differs from the clean run, over injected; a difference whose lineage shows the same
+  tools on the same input data with other params (an LLM's revised plan) is counted apart as
+  ``plan_differs`` (``compare.plan_only_difference``), not as wrong.
 
 A case whose clean run failed in an arm is left out of that arm's cells (``excluded``); a
 fault with no target in a case is ``not_applicable`` there, with the reason.
@@ -41,7 +43,7 @@ from ..contracts import Case, TaskContract, load_contract
 from ..tools.io import write_json
 from . import faults as F
 from .arms import ARM_DOCS, resolve_arms, run_engine, run_react
-from .compare import present_deliverables, wrong_deliverables
+from .compare import lineage, plan_only_difference, present_deliverables, wrong_deliverables
 from .react import ArmOutcome, Memo
 
 log = logging.getLogger(__name__)
@@ -132,6 +134,8 @@ def summarise(rows: list[dict[str, Any]], arms: list[str], tasks: list[str], fau
             "unrecoverable_injected": len(unrec_ok),
             "safe_halt": round(sum(r["safe_halt"] for r in unrec_ok) / len(unrec_ok), 4) if unrec_ok else None,
             "wrong_deliverables": sum(bool(r.get("is_wrong")) for r in ok),
+            # differs from the clean run only because the planner chose other params (not wrong)
+            "plan_differs": sum(bool(r.get("plan_differs")) for r in ok),
             "wrong_rate": round(sum(bool(r.get("is_wrong")) for r in ok) / len(ok), 4) if ok else None,
             "clean_sr": cell_metrics(pick(arm=a, fault=CLEAN)).get("sr"),
         }
@@ -261,8 +265,13 @@ def compare_rows(rows: list[dict[str, Any]], jobs: dict[tuple[str, str, str], Jo
             continue
         job = jobs[(r["task"], r["case"], r["fault"])]
         if c is not None and r["clean_ok"]:
-            r["wrong_deliverables"] = wrong_deliverables(load_contract(r["task"]), job.run_case, out / r["out"],
-                                                         out / c["out"], clean_case=job.case)
+            differ = wrong_deliverables(load_contract(r["task"]), job.run_case, out / r["out"], out / c["out"],
+                                        clean_case=job.case)
+            plan = {d: why for d in differ
+                    if (why := plan_only_difference(lineage(out / r["out"], d), lineage(out / c["out"], d)))}
+            r["wrong_deliverables"] = {d: why for d, why in differ.items() if d not in plan}
+            if plan:
+                r["plan_differs"] = plan
         score_row(r)
 
 

@@ -12,6 +12,12 @@ world space and tolerant to what a correct recovery legitimately changes:
   terms within ``ROTATION_TOL`` and translation within ``TRANSLATION_MM``; fields that only
   say *where* something came from (``meta``, ``evidence``, rendered ``text``, voxel indices
   and input affines, which depend on the input grid) are not compared.
+
+A differing deliverable is not *wrong* when its lineage shows the planner chose other
+parameters and nothing else (:func:`plan_only_difference`): an LLM may revise a plan after a
+fault and set, say, another filter strength. "Wrong" means computed from a corrupted binding,
+so such a run counts apart (``plan_differs``) and only when the same tools were fed the same
+input data. Lineage is ``provenance.json`` (engine) or ``lineage.json`` (the ReAct arms).
 """
 from __future__ import annotations
 
@@ -182,9 +188,43 @@ def wrong_deliverables(contract: TaskContract, case: Case, run_dir: str | Path, 
     return wrong
 
 
+def lineage(run_dir: str | Path, name: str) -> list[dict[str, Any]] | None:
+    """The tool calls behind deliverable ``name`` (each with ``tool``, ``params``,
+    ``input_digests``, ``output_digests``), or None when the run recorded none."""
+    for file in ("provenance.json", "lineage.json"):
+        path = Path(run_dir) / file
+        if path.exists():
+            entry = (json.loads(path.read_text()).get("deliverables") or {}).get(name)
+            return entry.get("chain") if entry else None
+    return None
+
+
+def _leaf_inputs(chain: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """(tool, port, digest) of every input no call of the chain made: the data it started from."""
+    made = {d for c in chain for d in (c.get("output_digests") or {}).values()}
+    return sorted((c["tool"], port, d) for c in chain for port, d in (c.get("input_digests") or {}).items()
+                  if d not in made)
+
+
+def plan_only_difference(mine: list[dict[str, Any]] | None, clean: list[dict[str, Any]] | None) -> str | None:
+    """Why a deliverable that differs from the clean run's is the plan's choice and not a
+    corrupted binding: the same tools, fed the same input data (digests of every input no call
+    in the chain made), with other parameters. None when the lineages do not show that (missing,
+    other tools, other data, or the same params, so the difference has another cause)."""
+    if not mine or not clean or sorted(c["tool"] for c in mine) != sorted(c["tool"] for c in clean):
+        return None
+    if _leaf_inputs(mine) != _leaf_inputs(clean):
+        return None
+    by_tool = {c["tool"]: c for c in clean}
+    diffs = [f"{c['tool']}.{k}: {v!r} vs {by_tool[c['tool']]['params'].get(k)!r}" for c in mine
+             for k, v in sorted((c.get("params") or {}).items()) if by_tool[c["tool"]]["params"].get(k) != v]
+    return f"same tools and input data, other params ({'; '.join(diffs[:4])})" if diffs else None
+
+
 def present_deliverables(contract: TaskContract, run_dir: str | Path) -> list[str]:
     """Deliverables whose file exists in the case folder (what a consumer would pick up)."""
     return [d.name for d in contract.deliverables if (Path(run_dir) / d.file).exists()]
 
 
-__all__ = ["present_deliverables", "same_file", "same_json", "same_nifti", "wrong_deliverables"]
+__all__ = ["lineage", "plan_only_difference", "present_deliverables", "same_file", "same_json", "same_nifti",
+           "wrong_deliverables"]

@@ -124,6 +124,8 @@ class ScriptedReAct:
         self.run_id = run_id
         self.milestones: list[str] = []
         self.written: dict[str, str] = {}
+        self.calls: list[dict[str, Any]] = []  # every call that returned, for lineage.json
+        self.lineage: dict[str, list[dict[str, Any]]] = {}
         self.outcome = ArmOutcome(status="failed")
         self.reflector = None
         if self.cfg.reflector:
@@ -167,6 +169,9 @@ class ScriptedReAct:
                 outcome.status, outcome.error = "implausible", {"code": ErrorCode.value_range.value,
                                                                 "message": implausible}
         outcome.deliverables = dict(self.written)
+        if self.lineage:  # what each deliverable was computed from (bench.compare.lineage reads it)
+            (self.out / "lineage.json").write_text(json.dumps(
+                {"deliverables": {k: {"chain": v} for k, v in self.lineage.items()}}, indent=1, default=str))
         outcome.duration_s = round(time.time() - t0, 3)
         self.trace.emit("case_finished", message=f"status={outcome.status} sr={sr} tcr={tcr:.3f}",
                         error_code=(outcome.error or {}).get("code"))
@@ -331,10 +336,14 @@ class ScriptedReAct:
         result = self._call(step, reg, inputs, params, digests)
         self.outcome.calls += 1
         self.trace.emit("succeeded", node=step.id, tool=step.tool, attempt=attempt, duration_s=time.time() - t0)
+        made = {}
         for p in reg.spec.outputs:
             art = result[p.name]
-            self.store[str(self.out / "work" / f"{step.id}.{p.name}")] = (art, artifact_digest(art))
+            made[p.name] = artifact_digest(art)
+            self.store[str(self.out / "work" / f"{step.id}.{p.name}")] = (art, made[p.name])
             self.results[(step.id, p.name)] = p.kind.value
+        self.calls.append({"node": step.id, "tool": step.tool, "params": _full_params(step.tool, params),
+                           "input_digests": dict(digests), "output_digests": made})
         if reg.spec.milestone and reg.spec.milestone not in self.milestones:
             self.milestones.append(reg.spec.milestone)
         self._write_deliverables(step, result)
@@ -496,7 +505,29 @@ class ScriptedReAct:
             name = d.file if Path(d.file).suffix else out.default_file(d.file, kind_of(art))
             files = out.write_artifact(art, self.out / name)
             self.written[d.name] = str(files[0])
+            self.lineage[d.name] = _ancestry(self.calls)
             self.trace.emit("deliverable", node=step.id, tool=step.tool, message=files[0].name)
+
+
+def _full_params(tool: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Params with the tool's defaults filled in (as the engine's provenance records them)."""
+    from ..tools.registry import validate_params
+
+    try:
+        return validate_params(tool, params).model_dump(mode="json")
+    except ToolError:
+        return dict(params)
+
+
+def _ancestry(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The last call and every earlier call whose outputs it (transitively) consumed, in call order."""
+    need = set(calls[-1]["input_digests"].values())
+    chain = [calls[-1]]
+    for c in reversed(calls[:-1]):
+        if need & set(c["output_digests"].values()):
+            chain.append(c)
+            need |= set(c["input_digests"].values())
+    return chain[::-1]
 
 
 def _sig(step: PlanStep) -> str:

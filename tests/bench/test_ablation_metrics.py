@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bcer.bench.ablation import CLEAN, cell_metrics, score_row, summarise
-from bcer.bench.compare import same_json, same_nifti, wrong_deliverables
+from bcer.bench.compare import plan_only_difference, same_json, same_nifti, wrong_deliverables
 from bcer.contracts import Image, Mask, load_contract
 from bcer.contracts.case import Case
 from bcer.tools.io import write_json, write_nifti
@@ -106,3 +106,19 @@ def test_wrong_deliverables_only_among_validated_ones(tmp_path):
     assert wrong_deliverables(contract, case, bad, clean) == {"grade": ".label: text differs: 'LGG' vs 'HGG'"}
     write_json({"kind": "table", "rows": []}, bad / "features.json")  # fails table_rows: not a deliverable
     assert set(wrong_deliverables(contract, case, bad, clean)) == {"grade"}
+
+
+def test_plan_only_difference_needs_same_tools_and_same_input_data():
+    """A deliverable that differs only because the planner set other params is not 'wrong'
+    (it was not computed from a corrupted binding); any other difference in lineage is."""
+    def chain(sigma, t1="d-t1", tool="denoise.nlm", port="image"):
+        return [{"tool": "qa.check", "params": {}, "input_digests": {"image": t1}, "output_digests": {"image": "q"}},
+                {"tool": tool, "params": {"sigma": sigma, "h_factor": 0.8}, "input_digests": {port: "q"},
+                 "output_digests": {"image": f"out-{sigma}"}}]
+    why = plan_only_difference(chain(None), chain(1.0))
+    assert why and "denoise.nlm.sigma: None vs 1.0" in why
+    assert plan_only_difference(chain(1.0), chain(1.0)) is None  # same params: the difference is elsewhere
+    assert plan_only_difference(chain(None, t1="d-t2"), chain(1.0)) is None  # other input data
+    assert plan_only_difference(chain(None, tool="denoise.other"), chain(1.0)) is None  # other tool
+    assert plan_only_difference(chain(None)[1:], chain(1.0)) is None  # other data reaches denoise
+    assert plan_only_difference(None, chain(1.0)) is None

@@ -59,6 +59,13 @@ def test_react_arms_miss_a_swap_and_revise_a_typo(brain):
         assert tok["recovered"] and tok["revisions"] + tok["repairs"] >= 1, tok
     evs = read_events(out / rows[("react", "semantic_swap")]["out"] / "events.jsonl")
     assert evs[0].kind == "fault_injected" and evs[0].data["type"] == "semantic_swap"
+    # the ReAct arms record lineage too, so a swap is not mistaken for a plan's other params
+    from bcer.bench.compare import lineage, plan_only_difference
+
+    name = next(iter(rows[("react", "semantic_swap")]["wrong_deliverables"]))
+    clean, swapped = (lineage(out / rows[("react", f)]["out"], name) for f in (CLEAN, "semantic_swap"))
+    assert clean and clean[-1]["tool"].startswith("seg.") and clean[-1]["params"]
+    assert plan_only_difference(swapped, clean) is None and "plan_differs" not in rows[("react", "semantic_swap")]
 
 
 def test_space_and_scope_faults_tell_the_arms_apart(brain):
