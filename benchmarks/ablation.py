@@ -22,7 +22,7 @@ import logging
 import tempfile
 from pathlib import Path
 
-from bcer.bench.ablation import run_ablation
+from bcer.bench.ablation import merge_reports, run_ablation
 
 RESULTS = Path(__file__).parent / "results"
 _ROW_KEYS = ("arm", "task", "case", "fault", "status", "sr", "tcr", "error_code", "error_message", "error_node",
@@ -52,7 +52,16 @@ def main() -> None:
     ap.add_argument("--max-in-flight", type=int, default=4)
     ap.add_argument("--out", default=None, help="run outputs (default: a temp folder)")
     ap.add_argument("--tag", default="small5")
+    ap.add_argument("--merge", nargs="+", type=Path, default=None,
+                    help="combine these result files (disjoint tasks, same arms/faults) into ablation_<tag>.json")
     args = ap.parse_args()
+    if args.merge:
+        report = merge_reports([json.loads(p.read_text()) for p in args.merge])
+        report["command"] = "python benchmarks/ablation.py --tag %s --merge %s" % (
+            args.tag, " ".join(p.name for p in args.merge))
+        (RESULTS / f"ablation_{args.tag}.json").write_text(dumps(report))
+        print(json.dumps(report["by_arm"], indent=1))
+        return
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     out = Path(args.out or tempfile.mkdtemp(prefix="bcer_ablation_"))
     done = [0]

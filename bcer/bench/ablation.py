@@ -358,6 +358,28 @@ def run_ablation(tasks: str | Iterable[str] = "all", arms: str | Iterable[str] =
     return report
 
 
+def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One report from runs over disjoint task sets (same arms, faults and case count): rows,
+    cells and every summary recomputed from the rows; each part's config and timing kept."""
+    arms = reports[0]["config"]["arms"]
+    faults = reports[0]["config"]["faults"]
+    for r in reports[1:]:
+        if r["config"]["arms"] != arms or r["config"]["faults"] != faults:
+            raise ValueError("merge needs the same arms and faults in every report")
+    tasks = [t for r in reports for t in r["config"]["tasks"]]
+    if len(set(tasks)) != len(tasks):
+        raise ValueError(f"tasks measured twice: {sorted(t for t in set(tasks) if tasks.count(t) > 1)}")
+    order = {a: i for i, a in enumerate(arms)}
+    rows = sorted((row for r in reports for row in r["rows"]),
+                  key=lambda x: (order[x["arm"]], x["task"], x["fault"], x["case"]))
+    return {"config": {**reports[0]["config"], "tasks": sorted(tasks),
+                       "parts": [{"config": r["config"], "command": r.get("command"), "timing": r.get("timing")}
+                                 for r in reports]},
+            "arm_docs": reports[0]["arm_docs"], "fault_classes": reports[0]["fault_classes"],
+            "faults_injected": [f for r in reports for f in r["faults_injected"]],
+            **summarise(rows, arms, sorted(tasks), faults), "rows": rows}
+
+
 def _run_react_arms(runner: Runner, arms: list[str], jobs: list[Job], memos: dict[tuple[str, str], Memo]) -> None:
     """The ReAct arms, case by case in one thread (their tool calls share one memo per case)."""
     by_case: dict[tuple[str, str], list[Job]] = {}

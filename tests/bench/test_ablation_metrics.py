@@ -122,3 +122,18 @@ def test_plan_only_difference_needs_same_tools_and_same_input_data():
     assert plan_only_difference(chain(None, tool="denoise.other"), chain(1.0)) is None  # other tool
     assert plan_only_difference(chain(None)[1:], chain(1.0)) is None  # other data reaches denoise
     assert plan_only_difference(None, chain(1.0)) is None
+
+
+def test_merge_reports_recomputes_the_summaries_from_rows():
+    from bcer.bench.ablation import merge_reports
+
+    def part(task, wrong):
+        rows = [row(CLEAN, task=task), row("semantic_swap", task=task, wrong={"x": "y"} if wrong else None)]
+        cfg = {"tasks": [task], "arms": ["bcer"], "faults": ["semantic_swap"]}
+        return {"config": cfg, "arm_docs": {}, "fault_classes": {}, "faults_injected": [], "rows": rows,
+                **summarise(rows, ["bcer"], [task], ["semantic_swap"])}
+    merged = merge_reports([part("a", False), part("b", True)])
+    assert merged["config"]["tasks"] == ["a", "b"] and len(merged["config"]["parts"]) == 2
+    assert merged["by_arm"]["bcer"]["recoverable_injected"] == 2 and merged["by_arm"]["bcer"]["wrong_deliverables"] == 1
+    with pytest.raises(ValueError):
+        merge_reports([part("a", False), part("a", True)])
