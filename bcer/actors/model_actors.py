@@ -12,6 +12,11 @@ The actor's device is "cuda" when torch sees a CUDA device, else "cpu": on a sim
 cluster (``ray.cluster_utils.Cluster`` nodes with ``num_gpus``) Ray assigns GPU ids but
 there is no device, and the network runs on CPU (``stats()["simulated_gpu"]`` says so).
 
+An actor whose process dies (killed, out of host memory, a node lost) is restarted by Ray
+(``max_restarts``: the constructor loads its bundles again) and the calls it held are re-run
+there (``max_task_retries``; a node call is idempotent: same inputs, same files). After
+``MAX_RESTARTS`` deaths the calls fail and each case gets a typed error, as for a lost task.
+
 Each actor serves at most ``concurrency`` calls at once (``max_concurrency``): with
 ``--gpu-concurrency K`` no GPU runs more than K served nodes at a time. GPUs held by the
 actors are ``reserved_gpus``: placement never offers them to node tasks.
@@ -29,6 +34,7 @@ from ..contracts.errors import ErrorCode, ToolError
 
 log = logging.getLogger(__name__)
 _READY_TIMEOUT_S = 300.0
+MAX_RESTARTS = 3  # per actor; a bundle that kills its process every time stops being retried
 
 
 class BundleActor:
@@ -118,7 +124,8 @@ class BundleActorPool:
                             hint="run bundle tools as tasks (their CPU path) or add GPUs")
         cls = ray.remote(BundleActor)
         folders = sorted(set(self.bundles.values()))
-        opts = dict(num_gpus=gpus_per_actor, num_cpus=num_cpus, max_concurrency=concurrency)
+        opts = dict(num_gpus=gpus_per_actor, num_cpus=num_cpus, max_concurrency=concurrency,
+                    max_restarts=MAX_RESTARTS, max_task_retries=1)
         self.actors = [cls.options(**opts).remote(f"bundle-actor-{i}", folders, sorted(self.bundles))
                        for i in range(n)]
         self.reserved_gpus = n * gpus_per_actor

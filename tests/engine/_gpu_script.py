@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -146,6 +147,21 @@ def _task_cohort(out: Path, cases: list) -> Any:
                                           max_in_flight=1, repairer=Reflector(), fuse="never"))
 
 
+def _kill_and_serve(out: Path, cases: list, pool: Any, stats: list[dict[str, Any]]) -> dict[str, Any]:
+    """SIGKILL every actor's process, then serve cases again: Ray restarts the actors (each
+    loads its bundle again) and the cases succeed."""
+    import signal
+
+    for s in stats:
+        os.kill(s["pid"], signal.SIGKILL)
+    time.sleep(1.0)
+    served = _served_cohort(out, cases, pool)
+    after = pool.stats()
+    return {"statuses": sorted({r["status"] for r in served.rows}),
+            "new_pids": sorted({a["pid"] for a in after} - {s["pid"] for s in stats}) != [],
+            "bundle_loads": [a["bundle_loads"] for a in after], "calls": sum(a["calls"] for a in after)}
+
+
 def actors(out: Path, n: int = 4) -> dict[str, Any]:
     """Bundle inference on the connected cluster (head + 2 nodes x 1 GPU): one actor per GPU,
     then the same cases as plain tasks."""
@@ -164,6 +180,7 @@ def actors(out: Path, n: int = 4) -> dict[str, Any]:
         served = _served_cohort(out / "actor", cases, pool)
         stats = pool.stats()
         reserved = pool.reserved_gpus
+        restart = _kill_and_serve(out / "restart", cases[:2], pool, stats)
     finally:
         pool.close()
     t_served = time.time() - t0 - t_pool
@@ -181,7 +198,7 @@ def actors(out: Path, n: int = 4) -> dict[str, Any]:
             "actors": [{k: s[k] for k in ("name", "gpu_ids", "device", "simulated_gpu", "bundle_loads",
                                           "calls")} | {"node": s.get("node_id", "")[:12]} for s in stats],
             "usage": usage_summary(events), "identical_masks": same,
-            "provenance_names_actor": "bundle-actor-" in json.dumps(prov),
+            "provenance_names_actor": "bundle-actor-" in json.dumps(prov), "restart": restart,
             "task_devices": sorted({e["message"] for e in task_events if e["kind"] == "succeeded"}),
             "task_repairs": sorted({e["message"] for e in task_events if e["kind"] == "repaired"}),
             "wall_s": {"pool_start": round(t_pool, 2), "served_cohort": round(t_served, 2),

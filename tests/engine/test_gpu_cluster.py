@@ -76,3 +76,9 @@ def test_one_bundle_actor_per_gpu_loads_once_and_matches_the_task_path(report):
     assert a["identical_masks"] and a["task_devices"] == ["device=cpu"]
     # as tasks, each node first got a simulated GPU torch cannot use; the Reflector moved it to CPU
     assert a["task_repairs"] == ["GPU not usable in the worker: run the CPU path"]
+
+
+def test_a_killed_model_actor_is_restarted_and_serves_again(report):
+    r = report["actors"]["restart"]
+    assert r["statuses"] == ["succeeded"] and r["new_pids"]
+    assert r["bundle_loads"] == [1, 1] and r["calls"] == 2  # fresh processes, each loaded its bundle once
