@@ -13,13 +13,27 @@ Ports chain either way a planner builds them:
 (preferred), or ``register.apply`` of ADC and DWI onto the T2w grid first and no transform.
 Without a transform the series are taken as aligned in world space (their affines).
 
-Rule: a voxel is a candidate when it lies in the gland, its ADC is below the lowest normal
-zone level by a noise-scaled margin (restricted diffusion), and its high-b DWI is above
-``dwi_ratio`` x the lowest zone median (excludes fat/bone that a mask edge may touch);
-connected components of at least ``min_volume_ml`` are lesions. A zone's normal level is its
-median, or the median of its upper ADC class when a lesion fills much of it (``_normal_level``);
-a component holding two lesions of clearly different ADC is split (``_split_levels``). Every
-size is in mL/mm, so the rule is the same on the small and full grids.
+Rule (PI-RADS v2.1 reads a lesion against the zone it sits in; the ADC/DWI pair is the
+evidence on both zones here, T2w sets each lesion's outline and its T2 ratio):
+
+1. Reference: each zone's normal ADC level from its interior (``_normal_level``: the median,
+   or its upper class when a lesion fills much of the zone); each voxel is read against its
+   own zone's level, against the lower of the two levels in a band along the PZ/TZ border
+   where the zone masks are uncertain (``_border_band``).
+2. Evidence: the ADC and DWI are averaged within each zone over solid gland voxels
+   (Gaussian, ``smooth_mm``; fat at the capsule and the other zone never bleed in); a voxel
+   is a candidate when its smoothed ADC lies ``adc_contrast`` and ``adc_margin_sd`` smoothed
+   noise SDs below its reference and its smoothed DWI is not below the darkest zone's median
+   (``dwi_ratio``). Where nothing solid is around (the gland's edge) and in a rim of
+   ``rim_mm`` outside the mask (segmentations leave out T2-dark lesions at the capsule), a
+   voxel must carry the evidence itself: low ADC and DWI ``edge_dwi_ratio`` x its zone's.
+3. Lesions: candidate components of at least ``min_volume_ml`` that reach into the gland,
+   grown by one voxel (hysteresis), split when they hold two lesions of clearly different
+   ADC (``_split_levels``), outlined on the raw ADC and DWI by the half-maximum rule and
+   kept only when that outline's own ADC is restricted (``_outline``).
+
+The noise SD comes from neighbour differences (tissue structure cancels); every size is in
+mL/mm, so the rule is the same on the small and full grids.
 """
 from __future__ import annotations
 
@@ -30,6 +44,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy import ndimage
 from skimage.filters import threshold_otsu
+from skimage.morphology import convex_hull_image
 
 from ..contracts.artifacts import Finding, Findings, Image, Mask, Transform
 from ..contracts.errors import ErrorCode, ToolError
@@ -72,6 +87,11 @@ class LesionParams(BaseModel):
     border_mm: float = Field(3.0, ge=0.0, le=20.0,
                              description="within this distance of the other zone a voxel's reference is the lower "
                                          "of the two zone levels (zone masks are uncertain at their border)")
+    rim_mm: float = Field(3.0, ge=0.0, le=10.0,
+                          description="also search this far outside the gland mask (a T2-dark lesion at the capsule "
+                                      "is what a gland segmentation most often leaves out); there a voxel is a "
+                                      "candidate only as at the gland's edge (edge_dwi_ratio) and its lesion must "
+                                      "reach into the gland")
     min_volume_ml: float = Field(0.05, ge=0.0, le=50.0, description="smallest lesion kept (mL)")
     max_lesions: int = Field(5, ge=1, le=50, description="keep at most this many (largest volume first)")
 
@@ -208,7 +228,7 @@ class _Maps(NamedTuple):
     ref: np.ndarray  # each voxel's normal ADC (its zone's level; the lower one at the zone border)
     thr: np.ndarray  # the strict threshold on ``sa``
     dref: np.ndarray  # each voxel's zone median DWI
-    gl: np.ndarray  # gland voxels
+    gl: np.ndarray  # where lesions are searched: gland voxels and the rim around them
     covered: np.ndarray  # gland voxels with solid tissue around them (``sa`` is an average there)
     info: dict[str, Any]
 
@@ -255,11 +275,51 @@ def _smoothed(a: np.ndarray, d: np.ndarray, frac: np.ndarray, zones: dict[str, n
     return sa, sdw, covered
 
 
+def _rim(gl: np.ndarray, spacing: tuple[float, ...], rim_mm: float) -> np.ndarray:
+    """Voxels outside the gland within ``rim_mm`` of it and inside its convex outline (per slice
+    of the grid's third axis): a notch the mask left out, never the rectal wall or fat around
+    a convex gland."""
+    if rim_mm <= 0 or not gl.any():
+        return np.zeros(gl.shape, bool)
+    hull = np.zeros(gl.shape, bool)
+    for k in range(gl.shape[2]):
+        if np.count_nonzero(gl[..., k]) >= 3:
+            hull[..., k] = convex_hull_image(gl[..., k])
+    return hull & ~gl & (ndimage.distance_transform_edt(~gl, sampling=spacing) <= rim_mm)
+
+
+def _reaching(core: np.ndarray, gl: np.ndarray) -> np.ndarray:
+    """The components of ``core`` that reach into the gland or touch it."""
+    lab, n = ndimage.label(core, structure=np.ones((3, 3, 3)))
+    if not n:
+        return core
+    grown = ndimage.grey_dilation(lab, footprint=np.ones((3, 3, 3), bool))
+    hit = np.unique(np.r_[lab[core & gl], grown[gl]])
+    return np.isin(lab, hit[hit > 0])
+
+
+def _references(a: np.ndarray, d: np.ndarray, zones: dict[str, np.ndarray], inner: dict[str, np.ndarray],
+                band: np.ndarray, area: np.ndarray, spacing: tuple[float, ...], sd: float
+                ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    """Each search-area voxel's normal ADC and zone median DWI (a rim voxel takes those of the
+    gland voxel nearest to it), and the zone levels."""
+    levels = {name: _normal_level(a[m], sd) for name, m in inner.items()}
+    ref = _reference(zones, levels, band)
+    dref = np.zeros(a.shape, np.float32)
+    for name, sel in zones.items():
+        dref[sel] = float(np.median(d[inner[name]]))
+    gl = np.logical_or.reduce(list(zones.values()))
+    rim = area & ~gl
+    if rim.any():
+        idx = tuple(ndimage.distance_transform_edt(~gl, sampling=spacing, return_distances=False, return_indices=True))
+        ref[rim], dref[rim] = ref[idx][rim], dref[idx][rim]
+    ref[~area] = 0.0  # outside the search area nothing is below its reference
+    return ref, dref, levels
+
+
 def _candidates(a: np.ndarray, d: np.ndarray, frac: np.ndarray, zo: np.ndarray, spacing: tuple[float, ...],
                 p: LesionParams) -> _Maps:
-    """Candidate voxels: smoothed ADC restricted against the voxel's own zone (PI-RADS reads a
-    lesion against the zone it sits in), smoothed DWI not below the darkest zone's median,
-    starting in solid tissue (voxels without solid gland around them only extend a lesion).
+    """Candidate voxels (step 2 of the module rule) and what the later steps read.
     ``frac`` is the gland's share of each ADC voxel."""
     gl = frac >= 0.25
     zones = _zone_masks(gl, zo)
@@ -269,31 +329,25 @@ def _candidates(a: np.ndarray, d: np.ndarray, frac: np.ndarray, zo: np.ndarray, 
     sa, sdw, covered = _smoothed(a, d, frac, zones, inner, band, sigma)
     sd = _noise_sd(a, inner)
     sd_s = max(min(_robust(sa[m])[1] for m in inner.values()), 1e-6)  # noise left after smoothing
-    levels = {name: _normal_level(a[m], sd) for name, m in inner.items()}
-    ref = _reference(zones, levels, band)
-    dref = np.zeros(a.shape, np.float32)
-    for name, sel in zones.items():
-        dref[sel] = float(np.median(d[inner[name]]))
-
-    def below(k_sd: float) -> np.ndarray:
-        return np.where(gl, ref - np.maximum(np.maximum(k_sd * sd_s, p.adc_contrast * ref), p.adc_margin_min), -np.inf)
-
-    thr = below(p.adc_margin_sd)
+    area = gl | _rim(gl, spacing, p.rim_mm)
+    ref, dref, levels = _references(a, d, zones, inner, band, area, spacing, sd)
+    thr = ref - np.maximum(np.maximum(p.adc_margin_sd * sd_s, p.adc_contrast * ref), p.adc_margin_min)
     dwi_thr = p.dwi_ratio * min(float(np.median(d[m])) for m in inner.values())
     bright = sdw > dwi_thr
-    # at the edge, where nothing solid is around to average, a voxel speaks for itself only
-    # with marked DWI hyperintensity
-    edge = gl & ~covered & (a < thr) & (d > p.edge_dwi_ratio * dref)
+    # at the edge and outside the mask, where nothing solid is around to average, a voxel
+    # speaks for itself only with marked DWI hyperintensity
+    edge = area & ~covered & (a < thr) & (d > p.edge_dwi_ratio * dref)
     # noise holes inside a lesion must not split it into pieces
-    core = ndimage.binary_closing((gl & covered & (sa < thr) & bright) | edge, iterations=1) & gl
+    core = ndimage.binary_closing((gl & covered & (sa < thr) & bright) | edge, iterations=1) & area
+    core = _reaching(core, gl)
     grow = np.maximum(thr, ref - max(p.grow_margin_sd * sd_s, p.adc_margin_min)) if p.grow_margin_sd > 0 else thr
-    loose = gl & (sa < grow) & bright
+    loose = area & (sa < grow) & bright
     info = {"zone_adc_median": levels, "adc_noise_sd": sd, "adc_noise_sd_smoothed": sd_s,
             "adc_threshold_zone": {n: float(levels[n] - max(p.adc_margin_sd * sd_s, p.adc_contrast * levels[n],
                                                              p.adc_margin_min)) for n in levels},
             "dwi_threshold": dwi_thr, "smooth_mm": p.smooth_mm}
     info["adc_threshold"] = min(info["adc_threshold_zone"].values())
-    return _Maps(core, loose, sa, ref, thr, dref, gl, covered, info)
+    return _Maps(core, loose, sa, ref, thr, dref, area, covered, info)
 
 
 def _split_levels(comps: np.ndarray, n: int, a: np.ndarray, thr: np.ndarray, sd: float,
@@ -410,13 +464,19 @@ def _refine_on_t2(core: np.ndarray, near: np.ndarray, t2: np.ndarray, zo_t2: np.
 
 
 def _lesion(idx: int, comp_adc: np.ndarray, a: np.ndarray, adc_aff: np.ndarray, on_t2: np.ndarray,
-            gland: Mask, zo_t2: np.ndarray | None, t2: np.ndarray | None, normal_t2: dict[int, tuple[float, float]]) -> Finding | None:
-    gl = np.asarray(gland.data) > 0
+            gland: Mask, gl: np.ndarray, zo_t2: np.ndarray | None, t2: np.ndarray | None,
+            normal_t2: dict[int, tuple[float, float]], on_grid: bool = False) -> Finding | None:
+    """One finding on the T2w grid; ``gl`` is the search area there (gland and rim), ``zo_t2``
+    the zones with the rim given its nearest zone; ``on_grid``: diffusion was resampled onto
+    the T2w grid."""
     m = (on_t2 >= 0.5) & gl
     if not m.any():
         return None
     if t2 is not None and normal_t2:
-        m = _refine_on_t2(m, (on_t2 >= 0.1) & gl, t2, zo_t2, normal_t2)
+        # within one diffusion voxel of the diffusion outline: the 0.1 level of the carried
+        # indicator on the native grid; one voxel when diffusion was resampled onto this grid
+        near = ndimage.binary_dilation(m, np.ones((3, 3, 3), bool)) if on_grid else on_t2 >= 0.1
+        m = _refine_on_t2(m, near & gl, t2, zo_t2, normal_t2)
     ijk = np.argwhere(m)
     world = vox2world(gland.affine, ijk)
     centroid = world.mean(axis=0)
@@ -491,6 +551,18 @@ def _normal_t2(t2: np.ndarray | None, zo_t2: np.ndarray | None, lesions_adc: np.
     return out
 
 
+def _area_on_t2(gland: Mask, zo_t2: np.ndarray | None, rim_mm: float) -> tuple[np.ndarray, np.ndarray | None]:
+    """The search area on the T2w grid (gland and rim) and the zones there, each rim voxel
+    taking its nearest zone."""
+    gl = np.asarray(gland.data) > 0
+    rim = _rim(gl, gland.spacing, rim_mm)
+    if zo_t2 is None or not rim.any():
+        return gl | rim, zo_t2
+    idx = ndimage.distance_transform_edt(zo_t2 == 0, sampling=gland.spacing, return_distances=False,
+                                         return_indices=True)
+    return gl | rim, np.where(rim, zo_t2[tuple(idx)], zo_t2)
+
+
 @tool("detect.prostate_lesions", version="1.3", milestone="detection", resources={"num_cpus": 1, "memory_mb": 1024},
       output="findings")
 def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, zones: Mask | None = None,
@@ -529,11 +601,13 @@ def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, 
     keep = [int(i) + 1 for i in np.argsort(-sizes) if sizes[i] >= params.min_volume_ml][: params.max_lesions]
     t2 = None if t2w is None else np.asarray(t2w.data, dtype=np.float64)
     normal_t2 = _normal_t2(t2, zo_t2, np.isin(comps, keep), adc.affine, gland.affine, m)
+    area_t2, zo_area = _area_on_t2(gland, zo_t2, params.rim_mm)
+    on_grid = same_grid(adc.affine, a.shape, gland.affine, np.shape(gland.data), 1e-6)
     items = []
     for comp_id in keep:
         comp = comps == comp_id
         on_t2 = _carry(comp, adc.affine, gland.affine, np.shape(gland.data), m, "linear")
-        f = _lesion(len(items) + 1, comp, a, adc.affine, on_t2, gland, zo_t2, t2, normal_t2)
+        f = _lesion(len(items) + 1, comp, a, adc.affine, on_t2, gland, area_t2, zo_area, t2, normal_t2, on_grid)
         if f is not None:
             items.append(f)
     meta = {"method": "within-zone smoothed ADC against its zone's normal level, DWI not hypointense, on the "
