@@ -472,6 +472,11 @@ def _lesion(idx: int, comp_adc: np.ndarray, a: np.ndarray, adc_aff: np.ndarray, 
     m = (on_t2 >= 0.5) & gl
     if not m.any():
         return None
+    # the rim finds a lesion the gland mask left out; what is reported is its part inside the
+    # mask when there is one (a finding is a gland finding), the rim part only when nothing is
+    inside = np.asarray(gland.data) > 0
+    if (m & inside).any():
+        m, gl = m & inside, inside
     if t2 is not None and normal_t2:
         # within one diffusion voxel of the diffusion outline: the 0.1 level of the carried
         # indicator on the native grid; one voxel when diffusion was resampled onto this grid
