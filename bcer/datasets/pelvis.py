@@ -109,6 +109,7 @@ class PelvisAnatomy:
     nodules: list[tuple[Any, tuple[float, float, float]]]  # (blob inside the TZ, tissue values)
     values: dict[str, tuple[float, float, float]]
     lesions: list[Any] = field(default_factory=list)
+    bias_kind: str | None = None  # drawn on first use when the family offers several
 
     def classes(self, pts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Tissue class index and zone label (0/1 PZ/2 TZ) at world points (..., 3)."""
@@ -282,12 +283,22 @@ def gland_inside(gland_mask: np.ndarray, margin: int = 2) -> bool:
     return True
 
 
+def _bias_kind(anat: PelvisAnatomy, rng: np.random.Generator, R: dict[str, Any]) -> str:
+    """The family's bias kind; with a choice of kinds, one per case (drawn once, every grid shares it)."""
+    kinds = R["bias_kind"]
+    if isinstance(kinds, str):
+        return kinds
+    if anat.bias_kind is None:
+        anat.bias_kind = str(rng.choice(list(kinds)))
+    return anat.bias_kind
+
+
 def bias(pts: np.ndarray, anat: PelvisAnatomy, rng: np.random.Generator, R: dict[str, Any]) -> np.ndarray:
     """Smooth multiplicative field at world points: a random low-order polynomial log-field
     (``poly``) or a posterior receive coil's fall-off (``coil``), scaled by the family range."""
     amp = _u(rng, R["bias"])
     q = (pts - anat.center) / 100.0
-    if R["bias_kind"] == "coil":
+    if _bias_kind(anat, rng, R) == "coil":
         coil = np.array([0.0, -float(anat.gland.semi[1]) - _u(rng, (25, 45)), 0.0]) / 100.0
         d = np.linalg.norm(q - coil, axis=-1)
         return (1.0 + 2.0 * amp * np.exp(-d / _u(rng, (0.4, 0.8)))).astype(np.float32)

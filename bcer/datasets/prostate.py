@@ -96,23 +96,24 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "tz_scale": (0.6, 0.74), "p_capsule": 0.5, "capsule_mm": (1.0, 2.0),
         "rectum_semi_mm": ((11, 17), (8, 13)), "gas_fraction": (0.0, 0.6),
         "p_bladder": 0.8, "bladder_gap_mm": (-2, 14), "p_vesicles": 0.6,
-        "tz_nodules": (0, 0), "calcifications": (0, 0),
+        "tz_nodules": (0, 3), "calcifications": (0, 2),  # BPH nodules and calcifications occur in older men
         # tissue contrast (T2w relative to fat; ADC in 1e-6 mm2/s)
-        "tissue_jitter": 0.15, "fat_t2": (650, 850), "pz_fat_ratio": (1.08, 1.4), "tz_fat_ratio": (0.58, 0.8),
-        "pz_adc": (1450, 1900), "tz_adc": (1050, 1350),
+        "tissue_jitter": 0.15, "fat_t2": (650, 850), "pz_fat_ratio": (0.95, 1.4), "tz_fat_ratio": (0.5, 0.8),
+        # zone ADCs overlap (PZ ADC falls with age and inflammation; BPH TZ varies)
+        "pz_adc": (1300, 1900), "tz_adc": (950, 1400),
         # scanner geometry, per series
         "gland_offset_mm": (0, 25), "gland_offset_si_mm": 8.0, "oblique_deg": (0, 20),
         "adc_center_offset_mm": (0, 15), "fov_scale": (0.95, 1.25), "spacing_scale": (0.9, 1.1),
         "slice_scale": (0.85, 1.1), "extra_slices": (-2, 3),
         # intensity conventions and degradations
         "t2_scale": (0.4, 2.5), "dwi_scale": (0.4, 2.5), "p_adc_integer": 0.3,
-        "noise": (0.01, 0.04), "adc_noise_factor": (1.0, 2.5), "bias": (0.0, 0.25), "bias_kind": "poly",
-        "b_values": (1400, 1500),
+        "noise": (0.01, 0.05), "adc_noise_factor": (1.0, 2.5), "bias": (0.0, 0.3), "bias_kind": ("poly", "coil"),
+        "b_values": (1400, 1500, 1600, 2000),  # PI-RADS v2.1: b >= 1400, often computed b2000
         # ADC->T2w motion between the series (a share of cases has none)
         "p_identity": 0.3, "misalign_rot_deg": 5.0, "misalign_trans_mm": 5.0,
         # lesions: continuous ranges (values near every PI-RADS threshold occur)
-        "lesion_diam_mm": (6, 24), "lesion_ripple": 0.08, "pz_lesion_adc": (550, 1000),
-        "tz_lesion_adc": (550, 900), "lesion_t2_ratio": (0.35, 0.85), "p_pz": 0.7,
+        "lesion_diam_mm": (5, 25), "lesion_ripple": 0.1, "pz_lesion_adc": (450, 1100),
+        "tz_lesion_adc": (450, 1000), "lesion_t2_ratio": (0.3, 0.85), "p_pz": 0.6,
         "series": {"T2w": "AX_T2", "ADC": "AX_DIFFUSION_ADC", "DWI": "AX_DIFFUSION_CALC_BVAL"},
     },
     "heldout": {

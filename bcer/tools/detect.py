@@ -13,23 +13,38 @@ Ports chain either way a planner builds them:
 (preferred), or ``register.apply`` of ADC and DWI onto the T2w grid first and no transform.
 Without a transform the series are taken as aligned in world space (their affines).
 
-Rule: a voxel is a candidate when it lies in the gland, its ADC is below the lowest normal
-zone level by a noise-scaled margin (restricted diffusion), and its high-b DWI is above
-``dwi_ratio`` x the lowest zone median (excludes fat/bone that a mask edge may touch);
-connected components of at least ``min_volume_ml`` are lesions. A zone's normal level is its
-median, or the median of its upper ADC class when a lesion fills much of it (``_normal_level``);
-a component holding two lesions of clearly different ADC is split (``_split_levels``). Every
-size is in mL/mm, so the rule is the same on the small and full grids.
+Rule (PI-RADS v2.1 reads a lesion against the zone it sits in; the ADC/DWI pair is the
+evidence on both zones here, T2w sets each lesion's outline and its T2 ratio):
+
+1. Reference: each zone's normal ADC level from its interior (``_normal_level``: the median,
+   or its upper class when a lesion fills much of the zone); each voxel is read against its
+   own zone's level, against the lower of the two levels in a band along the PZ/TZ border
+   where the zone masks are uncertain (``_border_band``).
+2. Evidence: the ADC and DWI are averaged within each zone over solid gland voxels
+   (Gaussian, ``smooth_mm``; fat at the capsule and the other zone never bleed in); a voxel
+   is a candidate when its smoothed ADC lies ``adc_contrast`` and ``adc_margin_sd`` smoothed
+   noise SDs below its reference and its smoothed DWI is not below the darkest zone's median
+   (``dwi_ratio``). Where nothing solid is around (the gland's edge) and in a rim of
+   ``rim_mm`` outside the mask (segmentations leave out T2-dark lesions at the capsule), a
+   voxel must carry the evidence itself: low ADC and DWI ``edge_dwi_ratio`` x its zone's.
+3. Lesions: candidate components of at least ``min_volume_ml`` that reach into the gland,
+   grown by one voxel (hysteresis), split when they hold two lesions of clearly different
+   ADC (``_split_levels``), outlined on the raw ADC and DWI by the half-maximum rule and
+   kept only when that outline's own ADC is restricted (``_outline``).
+
+The noise SD comes from neighbour differences (tissue structure cancels); every size is in
+mL/mm, so the rule is the same on the small and full grids.
 """
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy import ndimage
 from skimage.filters import threshold_otsu
+from skimage.morphology import convex_hull_image
 
 from ..contracts.artifacts import Finding, Findings, Image, Mask, Transform
 from ..contracts.errors import ErrorCode, ToolError
@@ -48,15 +63,35 @@ ZONE_NAMES = {1: "PZ", 2: "TZ"}
 class LesionParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     adc_margin_sd: float = Field(4.0, ge=1.0, le=20.0,
-                                 description="ADC must fall this many noise SDs below the lowest zone median")
+                                 description="smoothed ADC must fall this many (smoothed) noise SDs below its zone's "
+                                             "normal level")
+    adc_contrast: float = Field(0.12, ge=0.0, le=0.9,
+                                description="and at least this fraction below it (restricted diffusion is a relative "
+                                            "drop; noise alone never makes a lesion)")
     adc_margin_min: float = Field(40.0, ge=0.0, le=1000.0,
                                   description="and at least this much (ADC units) below it")
-    dwi_ratio: float = Field(1.2, ge=0.5, le=5.0,
-                             description="DWI must exceed this x the lowest zone median DWI")
+    dwi_ratio: float = Field(1.0, ge=0.5, le=5.0,
+                             description="smoothed high-b DWI must exceed this x its zone's median DWI (lesions are "
+                                         "DWI-bright; excludes fat/bone/calcification a mask edge may touch)")
     grow_margin_sd: float = Field(2.0, ge=0.0, le=20.0,
                                   description="a lesion grows from its candidate voxels into connected gland voxels "
                                               "this many noise SDs (and adc_margin_min) below the reference "
                                               "(hysteresis; 0 = no growth)")
+    edge_dwi_ratio: float = Field(2.0, ge=1.0, le=10.0,
+                                  description="at the gland's edge (no solid gland around the voxel) a voxel is a "
+                                              "candidate on its own ADC only when its DWI is at least this x its "
+                                              "zone's median (fat at the capsule has a lesion's ADC, not its DWI)")
+    smooth_mm: float = Field(1.0, ge=0.0, le=10.0,
+                             description="Gaussian sigma (mm) of the within-zone smoothing of ADC and DWI before the "
+                                         "thresholds (0 = none)")
+    border_mm: float = Field(3.0, ge=0.0, le=20.0,
+                             description="within this distance of the other zone a voxel's reference is the lower "
+                                         "of the two zone levels (zone masks are uncertain at their border)")
+    rim_mm: float = Field(3.0, ge=0.0, le=10.0,
+                          description="also search this far outside the gland mask (a T2-dark lesion at the capsule "
+                                      "is what a gland segmentation most often leaves out); there a voxel is a "
+                                      "candidate only as at the gland's edge (edge_dwi_ratio) and its lesion must "
+                                      "reach into the gland")
     min_volume_ml: float = Field(0.05, ge=0.0, le=50.0, description="smallest lesion kept (mL)")
     max_lesions: int = Field(5, ge=1, le=50, description="keep at most this many (largest volume first)")
 
@@ -97,19 +132,16 @@ def _robust(v: np.ndarray) -> tuple[float, float]:
     return med, float(1.4826 * np.median(np.abs(v - med)))
 
 
-def _normal_level(v: np.ndarray, sd: float, below: float | None = None) -> float:
+def _normal_level(v: np.ndarray, sd: float) -> float:
     """Median ADC of a zone's normal tissue, robust to lesions filling much of the zone.
 
     Lesions only lower the ADC, so when a zone's values split (Otsu) into two classes more
     than 4 noise SDs apart (pure noise splits about 1.6 SDs apart), its normal tissue is the
-    upper class; a zone mask that swallowed a large lesion (or a lesion that fills most of the
-    TZ) otherwise drags the median down to the lesion's own ADC and the lesion is never a
-    candidate. ``below`` drops voxels of a brighter zone (PZ leaking into the TZ mask) that
-    would pose as the upper class, unless that would drop most of the zone: then the zone's
-    own tissue is as bright as the cut (a TZ whose ADC is close to the PZ's).
+    upper class; a lesion that fills most of the TZ otherwise drags the median down to the
+    lesion's own ADC and the lesion is never a candidate. ``v`` holds the zone's interior only
+    (``_interior``), so a brighter neighbouring zone leaking into the mask cannot pose as the
+    upper class.
     """
-    if below is not None and np.count_nonzero(v < below) >= max(20, v.size // 2):
-        v = v[v < below]
     med = float(np.median(v))
     if v.size < 40 or float(v.max() - v.min()) <= 0.0:
         return med
@@ -121,45 +153,204 @@ def _normal_level(v: np.ndarray, sd: float, below: float | None = None) -> float
     return med
 
 
-def _candidates(a: np.ndarray, d: np.ndarray, gl: np.ndarray, zo: np.ndarray,
-                p: LesionParams) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """(core, loose, info): candidate voxels (restricted diffusion at the strict threshold,
-    closed) and the voxels below the looser threshold a lesion may grow into."""
-    sels = {}
-    for z in (1, 2):
-        sel = gl & (zo == z)
-        # zone interiors only: borders mix tissues (mask/registration error, interpolation)
-        # and would inflate the noise estimate
-        inner = ndimage.binary_erosion(sel)
-        sel = inner if np.count_nonzero(inner) >= 20 else sel
-        if np.count_nonzero(sel) >= 20:
-            sels[ZONE_NAMES[z]] = sel
-    stats: dict[str, tuple[float, float, float]] = {}
-    if sels:
-        sd = min(_robust(a[sel])[1] for sel in sels.values())
-        # PZ first: the brightest zone; its normal level bounds what the TZ's normal tissue can be
-        pz = _normal_level(a[sels["PZ"]], sd) if "PZ" in sels else None
-        for name, sel in sels.items():
-            below = None if name == "PZ" or pz is None else pz - 3.0 * sd
-            level = pz if name == "PZ" else _normal_level(a[sel], sd, below)
-            stats[name] = (float(level), sd, float(np.median(d[sel])))
-    else:  # no zone masks: the whole gland is the reference
-        stats["gland"] = (*_robust(a[gl]), float(np.median(d[gl])))
-    ref_adc = min(s[0] for s in stats.values())
-    sd = min(s[1] for s in stats.values())
-    adc_thr = ref_adc - max(p.adc_margin_sd * sd, p.adc_margin_min)
-    dwi_thr = p.dwi_ratio * min(s[2] for s in stats.values())
-    strict = gl & (a < adc_thr) & (d > dwi_thr)
+def _zone_masks(gl: np.ndarray, zo: np.ndarray) -> dict[str, np.ndarray]:
+    """The gland's zones on the ADC grid (PZ, TZ; voxels of the gland without a zone join the
+    nearest zone); the whole gland as one reference when no zone has enough voxels."""
+    zones = {ZONE_NAMES[z]: gl & (zo == z) for z in (1, 2) if np.count_nonzero(gl & (zo == z)) >= 20}
+    if not zones:
+        return {"gland": gl.copy()}
+    lost = gl & ~np.logical_or.reduce(list(zones.values()))
+    if lost.any():
+        lab = np.zeros(gl.shape, np.int8)
+        for k, sel in enumerate(zones.values(), start=1):
+            lab[sel] = k
+        idx = ndimage.distance_transform_edt(lab == 0, return_distances=False, return_indices=True)
+        nearest = lab[tuple(idx)]
+        for k, name in enumerate(list(zones), start=1):
+            zones[name] |= lost & (nearest == k)
+    return zones
+
+
+def _interior(sel: np.ndarray, spacing: tuple[float, ...], depth_mm: float) -> np.ndarray:
+    """Voxels at least ``depth_mm`` inside ``sel`` (border voxels mix tissues: fat, the other
+    zone, mask and registration error), else one voxel inside, else all of ``sel``."""
+    dist = ndimage.distance_transform_edt(sel, sampling=spacing)
+    for cut in (depth_mm, 1.01 * min(spacing)):
+        inner = sel & (dist > cut)
+        if np.count_nonzero(inner) >= 40:
+            return inner
+    return sel
+
+
+def _smooth_within(x: np.ndarray, support: np.ndarray, sigma_vox: np.ndarray, where: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Gaussian mean of ``x`` over the voxels of ``support`` only (normalised convolution),
+    evaluated wherever ``where`` has support nearby (elsewhere ``x`` itself), and the support's
+    weight there (1 deep inside the support, 0 far from it)."""
+    if not np.any(sigma_vox > 0):
+        return x.astype(np.float32), support.astype(np.float32)
+    w = ndimage.gaussian_filter(support.astype(np.float32), sigma_vox, mode="constant")
+    v = ndimage.gaussian_filter(np.where(support, x, 0.0).astype(np.float32), sigma_vox, mode="constant")
+    return np.where(where & (w > 0.05), v / np.maximum(w, 1e-6), x).astype(np.float32), w
+
+
+def _border_band(zones: dict[str, np.ndarray], spacing: tuple[float, ...], border_mm: float) -> np.ndarray:
+    """Voxels of one zone within ``border_mm`` or one voxel (any direction: thick slices mix the
+    zones through the slice) of the other zone; the zone masks are uncertain there."""
+    band = np.zeros(next(iter(zones.values())).shape, bool)
+    if len(zones) < 2:
+        return band
+    (_, s1), (_, s2) = zones.items()
+    for mine, other in ((s1, s2), (s2, s1)):
+        near = ndimage.binary_dilation(other, np.ones((3, 3, 3), bool))
+        if border_mm > 0:
+            near |= ndimage.distance_transform_edt(~other, sampling=spacing) <= border_mm
+        band |= mine & near
+    return band
+
+
+def _reference(zones: dict[str, np.ndarray], levels: dict[str, float], band: np.ndarray) -> np.ndarray:
+    """Each gland voxel's normal ADC: its own zone's level (PI-RADS reads a lesion against the
+    zone it sits in), the lower of the zone levels in the border ``band``."""
+    ref = np.full(band.shape, np.inf, np.float32)
+    for name, sel in zones.items():
+        ref[sel] = levels[name]
+    ref[band] = min(levels.values())
+    return ref
+
+
+class _Maps(NamedTuple):
+    """What the candidate step leaves for the later ones (all on the ADC grid)."""
+
+    core: np.ndarray  # candidate voxels: restricted at the strict threshold (closed)
+    loose: np.ndarray  # voxels below the looser threshold a lesion may grow into
+    sa: np.ndarray  # within-zone smoothed ADC
+    ref: np.ndarray  # each voxel's normal ADC (its zone's level; the lower one at the zone border)
+    thr: np.ndarray  # the strict threshold on ``sa``
+    dref: np.ndarray  # each voxel's zone median DWI
+    gl: np.ndarray  # where lesions are searched: gland voxels and the rim around them
+    covered: np.ndarray  # gland voxels with solid tissue around them (``sa`` is an average there)
+    info: dict[str, Any]
+
+
+def _noise_sd(a: np.ndarray, inner: dict[str, np.ndarray]) -> float:
+    """Native-grid ADC noise SD from differences of in-plane neighbours inside the zones
+    (robust MAD / sqrt 2): differences cancel the tissue level, so a lesion or a mislabelled
+    zone in the mask does not inflate the noise as a spread of values would."""
+    diffs = []
+    for m in inner.values():
+        for ax in (0, 1):
+            both = np.logical_and(np.take(m, range(1, m.shape[ax]), axis=ax), np.take(m, range(m.shape[ax] - 1), axis=ax))
+            dv = np.diff(a, axis=ax)[both]
+            if dv.size:
+                diffs.append(dv)
+    if not diffs:
+        return min(_robust(a[m])[1] for m in inner.values())
+    dv = np.concatenate(diffs)
+    return float(1.4826 * np.median(np.abs(dv - np.median(dv))) / np.sqrt(2.0))
+
+
+def _smoothed(a: np.ndarray, d: np.ndarray, frac: np.ndarray, zones: dict[str, np.ndarray],
+              inner: dict[str, np.ndarray], band: np.ndarray, sigma: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Within-zone smoothed ADC and DWI, and the voxels with solid tissue around them.
+
+    Smoothing averages over solid voxels of the zone only (wholly inside the gland, not
+    DWI-dark; off the zone border band for voxels off it): a voxel half fat (ADC ~350) at the
+    capsule has a lesion's ADC, a PZ voxel half TZ a mildly low one, and averaged in they would
+    make normal tissue next to them look restricted. Other voxels take the average of their
+    solid neighbours."""
+    sa, sdw = a.astype(np.float32).copy(), d.astype(np.float32).copy()
+    covered = np.zeros(a.shape, bool)
+    for name, sel in zones.items():
+        solid = sel & (frac >= 0.999) & (d >= 0.5 * float(np.median(d[inner[name]])))  # gas, bone, calcification
+        # off the band: the band's mixed voxels stay out; in the band (read against the lower
+        # zone level): the band's own voxels count, so a lesion lying in it stays visible
+        for where, support in ((sel & ~band, solid & ~band), (sel & band, solid)):
+            if np.count_nonzero(support) < 10:
+                support = sel
+            va, w = _smooth_within(a, support, sigma, where)
+            sa[where], sdw[where] = va[where], _smooth_within(d, support, sigma, where)[0][where]
+            covered |= where & (w >= 0.2)
+    return sa, sdw, covered
+
+
+def _rim(gl: np.ndarray, spacing: tuple[float, ...], rim_mm: float) -> np.ndarray:
+    """Voxels outside the gland within ``rim_mm`` of it and inside its convex outline (per slice
+    of the grid's third axis): a notch the mask left out, never the rectal wall or fat around
+    a convex gland."""
+    if rim_mm <= 0 or not gl.any():
+        return np.zeros(gl.shape, bool)
+    hull = np.zeros(gl.shape, bool)
+    for k in range(gl.shape[2]):
+        if np.count_nonzero(gl[..., k]) >= 3:
+            hull[..., k] = convex_hull_image(gl[..., k])
+    return hull & ~gl & (ndimage.distance_transform_edt(~gl, sampling=spacing) <= rim_mm)
+
+
+def _reaching(core: np.ndarray, gl: np.ndarray) -> np.ndarray:
+    """The components of ``core`` that reach into the gland or touch it."""
+    lab, n = ndimage.label(core, structure=np.ones((3, 3, 3)))
+    if not n:
+        return core
+    grown = ndimage.grey_dilation(lab, footprint=np.ones((3, 3, 3), bool))
+    hit = np.unique(np.r_[lab[core & gl], grown[gl]])
+    return np.isin(lab, hit[hit > 0])
+
+
+def _references(a: np.ndarray, d: np.ndarray, zones: dict[str, np.ndarray], inner: dict[str, np.ndarray],
+                band: np.ndarray, area: np.ndarray, spacing: tuple[float, ...], sd: float
+                ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    """Each search-area voxel's normal ADC and zone median DWI (a rim voxel takes those of the
+    gland voxel nearest to it), and the zone levels."""
+    levels = {name: _normal_level(a[m], sd) for name, m in inner.items()}
+    ref = _reference(zones, levels, band)
+    dref = np.zeros(a.shape, np.float32)
+    for name, sel in zones.items():
+        dref[sel] = float(np.median(d[inner[name]]))
+    gl = np.logical_or.reduce(list(zones.values()))
+    rim = area & ~gl
+    if rim.any():
+        idx = tuple(ndimage.distance_transform_edt(~gl, sampling=spacing, return_distances=False, return_indices=True))
+        ref[rim], dref[rim] = ref[idx][rim], dref[idx][rim]
+    ref[~area] = 0.0  # outside the search area nothing is below its reference
+    return ref, dref, levels
+
+
+def _candidates(a: np.ndarray, d: np.ndarray, frac: np.ndarray, zo: np.ndarray, spacing: tuple[float, ...],
+                p: LesionParams) -> _Maps:
+    """Candidate voxels (step 2 of the module rule) and what the later steps read.
+    ``frac`` is the gland's share of each ADC voxel."""
+    gl = frac >= 0.25
+    zones = _zone_masks(gl, zo)
+    sigma = np.asarray([p.smooth_mm / s for s in spacing]) if p.smooth_mm > 0 else np.zeros(3)
+    inner = {name: _interior(sel, spacing, p.border_mm) for name, sel in zones.items()}
+    band = _border_band(zones, spacing, p.border_mm)
+    sa, sdw, covered = _smoothed(a, d, frac, zones, inner, band, sigma)
+    sd = _noise_sd(a, inner)
+    sd_s = max(min(_robust(sa[m])[1] for m in inner.values()), 1e-6)  # noise left after smoothing
+    area = gl | _rim(gl, spacing, p.rim_mm)
+    ref, dref, levels = _references(a, d, zones, inner, band, area, spacing, sd)
+    thr = ref - np.maximum(np.maximum(p.adc_margin_sd * sd_s, p.adc_contrast * ref), p.adc_margin_min)
+    dwi_thr = p.dwi_ratio * min(float(np.median(d[m])) for m in inner.values())
+    bright = sdw > dwi_thr
+    # at the edge and outside the mask, where nothing solid is around to average, a voxel
+    # speaks for itself only with marked DWI hyperintensity
+    edge = area & ~covered & (a < thr) & (d > p.edge_dwi_ratio * dref)
     # noise holes inside a lesion must not split it into pieces
-    core = ndimage.binary_closing(strict, iterations=1) & gl
-    grow_thr = max(adc_thr, ref_adc - max(p.grow_margin_sd * sd, p.adc_margin_min)) if p.grow_margin_sd > 0 else adc_thr
-    loose = gl & (a < grow_thr) & (d > dwi_thr)
-    info = {"zone_adc_median": {k: s[0] for k, s in stats.items()}, "adc_noise_sd": sd,
-            "adc_threshold": adc_thr, "adc_grow_threshold": grow_thr, "dwi_threshold": dwi_thr}
-    return core, loose, info
+    core = ndimage.binary_closing((gl & covered & (sa < thr) & bright) | edge, iterations=1) & area
+    core = _reaching(core, gl)
+    grow = np.maximum(thr, ref - max(p.grow_margin_sd * sd_s, p.adc_margin_min)) if p.grow_margin_sd > 0 else thr
+    loose = area & (sa < grow) & bright
+    info = {"zone_adc_median": levels, "adc_noise_sd": sd, "adc_noise_sd_smoothed": sd_s,
+            "adc_threshold_zone": {n: float(levels[n] - max(p.adc_margin_sd * sd_s, p.adc_contrast * levels[n],
+                                                             p.adc_margin_min)) for n in levels},
+            "dwi_threshold": dwi_thr, "smooth_mm": p.smooth_mm}
+    info["adc_threshold"] = min(info["adc_threshold_zone"].values())
+    return _Maps(core, loose, sa, ref, thr, dref, area, covered, info)
 
 
-def _split_levels(comps: np.ndarray, n: int, a: np.ndarray, thr: float, sd: float,
+def _split_levels(comps: np.ndarray, n: int, a: np.ndarray, thr: np.ndarray, sd: float,
                   min_vox: int) -> tuple[np.ndarray, int]:
     """Split components holding two lesions of clearly different ADC.
 
@@ -199,6 +390,46 @@ def _split_levels(comps: np.ndarray, n: int, a: np.ndarray, thr: float, sd: floa
     return out, m
 
 
+def _outline(comps: np.ndarray, n: int, a: np.ndarray, d: np.ndarray, mp: _Maps, contrast: float
+             ) -> tuple[np.ndarray, int]:
+    """Each lesion's outline on the native (unsmoothed) ADC and DWI, and the lesions it confirms.
+
+    Smoothing finds a lesion but widens it; its outline is where the raw ADC lies below half
+    way between the lesion's own level and its zone's reference and the raw DWI above half way
+    between the lesion's DWI and its zone's median, within one voxel of the smoothed outline
+    (the half-maximum rule on both; fat at the capsule has a low ADC but no DWI). The lesion's
+    level starts as the median over the half-maximum of its smoothed dip and is iterated
+    (Ridler-Calvard): a small lesion's half-maximum also holds normal neighbours. A lesion
+    whose outlined voxels' median ADC is not ``contrast`` below the reference is dropped: the
+    smoothed map alone never makes a lesion."""
+    out, m = np.zeros_like(comps), 0
+    ball = np.ones((3, 3, 3), bool)
+    for c in range(1, n + 1):
+        comp = comps == c
+        solid = comp & (mp.covered | mp.core)
+        if not solid.any():
+            continue
+        r, low, dr = float(np.median(mp.ref[comp])), float(mp.sa[solid].min()), float(np.median(mp.dref[comp]))
+        seed = solid & (mp.sa <= 0.5 * (low + r))
+        near = ndimage.binary_dilation(comp, ball) & mp.gl & (out == 0)
+        level, dlevel = float(np.median(a[seed])), float(np.median(d[seed]))
+        for _ in range(3):
+            inside = near & (a < 0.5 * (level + r)) & (d > 0.5 * (dlevel + dr))
+            if not inside.any():
+                break
+            level, dlevel = float(np.median(a[inside])), float(np.median(d[inside]))
+        inside = near & (a < 0.5 * (level + r)) & (d > 0.5 * (dlevel + dr))
+        ext = ndimage.binary_closing(inside, ball) & near
+        lab, k = ndimage.label(ext, structure=ball)
+        hit = np.unique(lab[seed & ext])
+        ext = np.isin(lab, hit[hit > 0]) if k else ext
+        if not ext.any() or float(np.median(a[ext])) >= (1.0 - contrast) * r:
+            continue
+        m += 1
+        out[ext] = m
+    return out, m
+
+
 def _box(ijk: np.ndarray) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     lo, hi = ijk.min(axis=0), ijk.max(axis=0) + 1
     return tuple(int(x) for x in lo), tuple(int(x) for x in hi)
@@ -233,13 +464,24 @@ def _refine_on_t2(core: np.ndarray, near: np.ndarray, t2: np.ndarray, zo_t2: np.
 
 
 def _lesion(idx: int, comp_adc: np.ndarray, a: np.ndarray, adc_aff: np.ndarray, on_t2: np.ndarray,
-            gland: Mask, zo_t2: np.ndarray | None, t2: np.ndarray | None, normal_t2: dict[int, tuple[float, float]]) -> Finding | None:
-    gl = np.asarray(gland.data) > 0
+            gland: Mask, gl: np.ndarray, zo_t2: np.ndarray | None, t2: np.ndarray | None,
+            normal_t2: dict[int, tuple[float, float]], on_grid: bool = False) -> Finding | None:
+    """One finding on the T2w grid; ``gl`` is the search area there (gland and rim), ``zo_t2``
+    the zones with the rim given its nearest zone; ``on_grid``: diffusion was resampled onto
+    the T2w grid."""
     m = (on_t2 >= 0.5) & gl
     if not m.any():
         return None
+    # the rim finds a lesion the gland mask left out; what is reported is its part inside the
+    # mask when there is one (a finding is a gland finding), the rim part only when nothing is
+    inside = np.asarray(gland.data) > 0
+    if (m & inside).any():
+        m, gl = m & inside, inside
     if t2 is not None and normal_t2:
-        m = _refine_on_t2(m, (on_t2 >= 0.1) & gl, t2, zo_t2, normal_t2)
+        # within one diffusion voxel of the diffusion outline: the 0.1 level of the carried
+        # indicator on the native grid; one voxel when diffusion was resampled onto this grid
+        near = ndimage.binary_dilation(m, np.ones((3, 3, 3), bool)) if on_grid else on_t2 >= 0.1
+        m = _refine_on_t2(m, near & gl, t2, zo_t2, normal_t2)
     ijk = np.argwhere(m)
     world = vox2world(gland.affine, ijk)
     centroid = world.mean(axis=0)
@@ -262,7 +504,71 @@ def _lesion(idx: int, comp_adc: np.ndarray, a: np.ndarray, adc_aff: np.ndarray, 
                    zone=zone, attributes=attrs)
 
 
-@tool("detect.prostate_lesions", version="1.2", milestone="detection", resources={"num_cpus": 1, "memory_mb": 1024},
+def _masks_on_adc(gland: Mask, zones: Mask | None, adc: Image, inv: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The gland's share of each ADC voxel, the zones on the ADC grid, the zone labels on T2w.
+
+    Linear interpolation of the gland indicator, kept from 0.25: an ADC voxel partly inside the
+    gland counts (nearest neighbour from the 3.6 mm-thick T2w slices drops edge voxels, and
+    with them small peripheral lesions); the lesion outline is clipped to the gland on T2w."""
+    shape = np.shape(adc.data)
+    frac = np.clip(_carry((np.asarray(gland.data) > 0), gland.affine, adc.affine, shape, inv, "linear"), 0.0, 1.0)
+    if not (frac >= 0.25).any():
+        raise ToolError(ErrorCode.value_range, "the gland does not overlap the ADC field of view",
+                        hint="check the transform direction (fixed=T2w, moving=ADC)", arg="transform")
+    zo_t2 = None if zones is None else np.rint(np.asarray(zones.data)).astype(np.int16)
+    zo = (np.zeros(shape, np.int16) if zo_t2 is None
+          else np.rint(_carry(zo_t2, gland.affine, adc.affine, shape, inv, "nearest")).astype(np.int16))
+    return frac, zo, zo_t2
+
+
+def _grow_components(core: np.ndarray, loose: np.ndarray, min_vox: int, spacing: tuple[float, ...]
+                     ) -> tuple[np.ndarray, int]:
+    """Lesion labels: every core component of at least ``min_vox`` voxels, grown by one voxel
+    into ``loose`` (hysteresis: a lesion only a few noise SDs below the reference shows up as
+    scattered core voxels, and its box, size, hence PI-RADS, would be too small); grown voxels
+    go to the nearest core, so two lesions that growth would join stay two."""
+    core_lab, n_core = ndimage.label(core, structure=np.ones((3, 3, 3)))
+    core_sizes = np.bincount(core_lab.ravel(), minlength=n_core + 1)
+    ids = np.flatnonzero(core_sizes >= min_vox)
+    ids = ids[ids > 0]
+    seeds = np.zeros(core.shape, np.int32)
+    for j, cid in enumerate(ids, start=1):
+        seeds[core_lab == cid] = j
+    if not len(ids):
+        return seeds, 0
+    grown = ndimage.binary_dilation(seeds > 0, structure=np.ones((3, 3, 3)), mask=loose)
+    idx = ndimage.distance_transform_edt(seeds == 0, sampling=spacing, return_distances=False, return_indices=True)
+    return np.where(grown | (seeds > 0), seeds[tuple(idx)], 0).astype(np.int32), len(ids)
+
+
+def _normal_t2(t2: np.ndarray | None, zo_t2: np.ndarray | None, lesions_adc: np.ndarray, adc_aff: np.ndarray,
+               t2_aff: np.ndarray, m: np.ndarray) -> dict[int, tuple[float, float]]:
+    """Robust (median, SD) of each zone's T2w signal outside the lesions found."""
+    if t2 is None or zo_t2 is None:
+        return {}
+    lesion_t2 = _carry(lesions_adc, adc_aff, t2_aff, t2.shape, m, "linear") >= 0.25
+    out = {}
+    for z in (1, 2):
+        sel = (zo_t2 == z) & ~lesion_t2
+        if sel.any():
+            out[z] = _robust(t2[sel])
+    return out
+
+
+def _area_on_t2(gland: Mask, zo_t2: np.ndarray | None, rim_mm: float) -> tuple[np.ndarray, np.ndarray | None]:
+    """The search area on the T2w grid (gland and rim) and the zones there, each rim voxel
+    taking its nearest zone."""
+    gl = np.asarray(gland.data) > 0
+    rim = _rim(gl, gland.spacing, rim_mm)
+    if zo_t2 is None or not rim.any():
+        return gl | rim, zo_t2
+    idx = ndimage.distance_transform_edt(zo_t2 == 0, sampling=gland.spacing, return_distances=False,
+                                         return_indices=True)
+    return gl | rim, np.where(rim, zo_t2[tuple(idx)], zo_t2)
+
+
+@tool("detect.prostate_lesions", version="1.3", milestone="detection", resources={"num_cpus": 1, "memory_mb": 1024},
       output="findings")
 def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, zones: Mask | None = None,
                      transform: Transform | None = None, t2w: Image | None = None) -> Findings:
@@ -289,61 +595,29 @@ def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, 
     """
     m = _check(adc, dwi, gland, zones, t2w, transform)
     a, d = np.asarray(adc.data, dtype=np.float32), np.asarray(dwi.data, dtype=np.float32)
-    inv = np.linalg.inv(m)  # ADC world point -> T2w world point
-    # Linear interpolation of the gland indicator, kept from 0.25: an ADC voxel partly inside the
-    # gland counts (nearest neighbour from the 3.6 mm-thick T2w slices drops edge voxels, and
-    # with them small peripheral lesions); the lesion outline is clipped to the gland on T2w.
-    gl = _carry((np.asarray(gland.data) > 0), gland.affine, adc.affine, a.shape, inv, "linear") >= 0.25
-    if not gl.any():
-        raise ToolError(ErrorCode.value_range, "the gland does not overlap the ADC field of view",
-                        hint="check the transform direction (fixed=T2w, moving=ADC)", arg="transform")
-    zo_t2 = None if zones is None else np.rint(np.asarray(zones.data)).astype(np.int16)
-    zo = (np.zeros(a.shape, np.int16) if zo_t2 is None
-          else np.rint(_carry(zo_t2, gland.affine, adc.affine, a.shape, inv, "nearest")).astype(np.int16))
-    core, loose, info = _candidates(a, d, gl, zo, params)
+    frac, zo, zo_t2 = _masks_on_adc(gland, zones, adc, np.linalg.inv(m))
+    mp = _candidates(a, d, frac, zo, adc.spacing, params)
     voxel_ml = abs(np.linalg.det(np.asarray(adc.affine)[:3, :3])) / 1000.0
     min_vox = max(1, int(np.ceil(params.min_volume_ml / voxel_ml)))
-    # A lesion exists when its core (restricted at the strict threshold) is large enough. Its
-    # extent is the core grown by one voxel into the looser threshold (hysteresis: a lesion only
-    # a few noise SDs below the reference shows up as scattered core voxels, and its box, size,
-    # hence PI-RADS, would be too small); grown voxels go to the nearest core, so two lesions
-    # that growth would join stay two.
-    core_lab, n_core = ndimage.label(core, structure=np.ones((3, 3, 3)))
-    core_sizes = np.bincount(core_lab.ravel(), minlength=n_core + 1)
-    ids = np.flatnonzero(core_sizes >= min_vox)
-    ids = ids[ids > 0]
-    seeds = np.zeros(a.shape, np.int32)
-    for j, cid in enumerate(ids, start=1):
-        seeds[core_lab == cid] = j
-    n = len(ids)
-    grown = ndimage.binary_dilation(seeds > 0, structure=np.ones((3, 3, 3)), mask=loose) if n else seeds > 0
-    if n:
-        idx = ndimage.distance_transform_edt(seeds == 0, sampling=adc.spacing, return_distances=False,
-                                             return_indices=True)
-        comps = np.where(grown | (seeds > 0), seeds[tuple(idx)], 0).astype(np.int32)
-    else:
-        comps = seeds
-    comps, n = _split_levels(comps, n, a, info["adc_threshold"], info["adc_noise_sd"], min_vox)
+    comps, n = _grow_components(mp.core, mp.loose, min_vox, adc.spacing)
+    comps, n = _split_levels(comps, n, a, mp.thr, mp.info["adc_noise_sd"], min_vox)
+    comps, n = _outline(comps, n, a, d, mp, params.adc_contrast)
     sizes = ndimage.sum_labels(np.ones_like(a), comps, index=np.arange(1, n + 1)) * voxel_ml if n else np.zeros(0)
-    keep = [int(i) + 1 for i in np.argsort(-sizes) if sizes[i] >= params.min_volume_ml]
-    keep = keep[: params.max_lesions]
+    keep = [int(i) + 1 for i in np.argsort(-sizes) if sizes[i] >= params.min_volume_ml][: params.max_lesions]
     t2 = None if t2w is None else np.asarray(t2w.data, dtype=np.float64)
-    normal_t2: dict[int, tuple[float, float]] = {}
-    if t2 is not None and zo_t2 is not None:
-        lesion_t2 = _carry(np.isin(comps, keep), adc.affine, gland.affine, t2.shape, m, "linear") >= 0.25
-        for z in (1, 2):
-            sel = (zo_t2 == z) & ~lesion_t2
-            if sel.any():
-                normal_t2[z] = _robust(t2[sel])
+    normal_t2 = _normal_t2(t2, zo_t2, np.isin(comps, keep), adc.affine, gland.affine, m)
+    area_t2, zo_area = _area_on_t2(gland, zo_t2, params.rim_mm)
+    on_grid = same_grid(adc.affine, a.shape, gland.affine, np.shape(gland.data), 1e-6)
     items = []
     for comp_id in keep:
         comp = comps == comp_id
         on_t2 = _carry(comp, adc.affine, gland.affine, np.shape(gland.data), m, "linear")
-        f = _lesion(len(items) + 1, comp, a, adc.affine, on_t2, gland, zo_t2, t2, normal_t2)
+        f = _lesion(len(items) + 1, comp, a, adc.affine, on_t2, gland, area_t2, zo_area, t2, normal_t2, on_grid)
         if f is not None:
             items.append(f)
-    meta = {"method": "ADC/DWI thresholds on the native ADC grid, 26-connected components",
+    meta = {"method": "within-zone smoothed ADC against its zone's normal level, DWI not hypointense, on the "
+                      "native ADC grid; 26-connected components",
             "candidates": int(n), "transform": "given" if transform is not None else "identity (world-aligned)",
-            **info}
+            **mp.info}
     log.debug("detect.prostate_lesions: %d lesions (%d components)", len(items), n)
     return Findings(items, np.array(gland.affine, dtype=np.float64), meta)

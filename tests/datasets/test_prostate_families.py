@@ -66,7 +66,9 @@ def test_families_differ_where_the_table_says() -> None:
     assert all(ph.sequences["T2w"].meta["series_description"] == "t2_tse_tra_p2" for ph in held)
     assert all(np.all(np.mod(ph.sequences["ADC"].data, 1) == 0) for ph in held)  # integer ADC convention
     assert sum(ph.truth["tz_nodules_and_calcifications"] for ph in held) > 0
-    assert sum(ph.truth["tz_nodules_and_calcifications"] for ph in rnd) == 0
+    # both families have BPH nodules/calcifications (what tuning must see); held-out has more
+    assert 0 < sum(ph.truth["tz_nodules_and_calcifications"] for ph in rnd) < sum(
+        ph.truth["tz_nodules_and_calcifications"] for ph in held)
     # a seed gives unrelated cases in different families, the same case twice in one
     a, b = make_prostate("x", 3, family="randomised"), make_prostate("x", 3, family="randomised")
     np.testing.assert_array_equal(a.sequences["T2w"].data, b.sequences["T2w"].data)
