@@ -125,3 +125,22 @@ def test_deliverables_do_not_depend_on_the_grid() -> None:
         err = abs(ref[key] - truth[key])
         limit = tol_truth * truth[key] if key.endswith(("_ml", "_g")) else tol_truth
         assert err <= limit, (key, ref[key], truth[key])
+
+
+@pytest.mark.parametrize("axes,flips", [([0, 1, 2], [0]), ([1, 0, 2], [1, 2])])
+def test_classical_labels_do_not_depend_on_the_voxel_order(axes: list[int], flips: list[int]) -> None:
+    """The classical method alone (the fallback when the network cannot run) gets the same labels
+    on a flipped or transposed grid: seg.cardiac runs every method on the canonical orientation.
+    Before 2.4 only the network did (a flipped ablation cine got another classical RV)."""
+    from tests.tools.test_cardiac import _regrid
+
+    ph = make_cardiac("cgrid", 2, size="small", group="HCM")  # 2.3: 43 voxels differ on a flip of axis 0
+    cine = ph.sequences["CINE"]
+    ref = np.asarray(call_tool("seg.cardiac", {"cine": cine}, {"method": "classical"})["labels"].data)
+    moved, maff = _regrid(np.asarray(cine.data), cine.affine, axes, flips)
+    back = np.asarray(call_tool("seg.cardiac", {"cine": Cine(moved, maff, dict(cine.meta))},
+                                {"method": "classical"})["labels"].data)
+    for a in flips:
+        back = np.flip(back, axis=a)
+    back = np.transpose(back, list(np.argsort(axes)) + [3])
+    assert int((back != ref).sum()) == 0
