@@ -96,6 +96,8 @@ def chain_from(run: Any, head: Any) -> list[tuple[Any, Any]]:
         if not all(k in run.seq_refs and run.seq_meta.get(k, {}).get("ok", True) for k in seqs):
             break
         node = run._node(child)
+        if (run._timeout_of(node) is None) != (run._timeout_of(head) is None):
+            break  # the segment's backstop is the sum of its limits: all or none have one
         where = _fusable_node(run, node)
         if where is None:
             break
