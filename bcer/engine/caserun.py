@@ -39,7 +39,7 @@ from . import repair as rp
 from .binder import node_dependencies, resolve_params, resolved_ref, runtime_values, sequence_key
 from .context import CaseOutcome, RunContext, error_from_ray
 from .fusion import on_fused_result, submit_fused
-from .segments import check_segment_deadlines, in_segment, on_segment_result, submit_segment
+from .segments import check_segment_deadlines, in_segment, observe, on_segment_result, submit_segment
 from .models import serving
 from .placement import Placement, loader_options, place, task_name, task_options
 from .tokens import parse_token
@@ -514,6 +514,8 @@ class CaseRun:
         if cache:
             rec["cache"] = {"key": cache["key"], "hit": bool(cache.get("hit")),
                             **({"stored_by": cache["stored_by"]} if cache.get("hit") else {})}
+        if not cache.get("hit"):
+            observe(node.tool, node.version, meta.get("run_s", meta["duration_s"]))  # the segment policy's cost model
         if cache.get("hit"):
             self.cache_hits += 1
             self.trace.emit("cache_hit", node=node.id, tool=node.tool, attempt=attempt,

@@ -1,10 +1,13 @@
-"""Segment fusion: a maximal linear chain of CPU nodes of one case runs as one Ray task.
+"""Segment fusion: a linear chain of CPU nodes of one case (and its known-tiny nodes) runs as one Ray task.
 
 A chain ``a -> b -> c`` (each node the only child of the one before and fed by no other
 node) has no parallelism inside the case to lose, so running it as one task saves a
 submission, a scheduling round and an argument resolution per node, with no cohort-width
 condition (whole-case fusion, ``engine.fusion``, needs wide cohorts because it also fuses
-branches). Branches and joins stay separate tasks.
+branches). Branches and joins stay separate tasks, except nodes whose tool this driver has
+seen run in under ``TINY_S`` every time (a measured cost model, ``observe``/``is_tiny``): a
+fan-out of such nodes joins its parent's segment, since running them one after another
+costs less than their tasks would.
 
 Nothing else changes for the driver: the segment task returns, for every node in it, one
 value per output field and its meta (exactly the returns of separate node tasks), then one
@@ -78,31 +81,61 @@ def _fusable_node(run: Any, node: Any) -> Any:
     return where if where.num_gpus == 0 else None
 
 
+TINY_S = 0.002        # a tool this fast (on the mean of its recent runs) costs less than its own task
+_TINY_MIN_RUNS = 3    # runs seen before a tool counts as tiny
+_ALPHA = 0.2          # weight of the newest run in the running mean
+_SEEN: dict[tuple[str, str], tuple[int, float]] = {}  # (tool, version) -> (runs, running mean, s)
+
+
+def observe(tool: str, version: str, run_s: float) -> None:
+    """Record a tool's own run time (the driver calls it per executed node, cache hits excluded)."""
+    runs, mean = _SEEN.get((tool, version), (0, 0.0))
+    _SEEN[(tool, version)] = (runs + 1, run_s if runs == 0 else (1 - _ALPHA) * mean + _ALPHA * run_s)
+
+
+def is_tiny(node: Any) -> bool:
+    """Whether this driver has seen the tool run at least ``_TINY_MIN_RUNS`` times, with a
+    running mean under ``TINY_S``: grouping such nodes loses less parallelism than their tasks
+    cost. A running mean, not the longest run: one preempted run on a loaded machine must not
+    change the policy, while one run of a genuinely slow tool (10x the limit) does at once."""
+    runs, mean = _SEEN.get((node.tool, node.version), (0, 0.0))
+    return runs >= _TINY_MIN_RUNS and mean < TINY_S
+
+
 def chain_from(run: Any, head: Any) -> list[tuple[Any, Any]]:
-    """The maximal linear chain of fusable pending nodes starting at ``head``: each next node is
-    the only child of the one before, and that one is its only upstream node."""
+    """The segment headed by ``head``, in topological order: from each member, a pending
+    fusable child joins when (a) it continues a linear chain (it is its parent's only child
+    and that parent is its only upstream node), or (b) its tool is known tiny (``is_tiny``)
+    and all its upstream nodes are members. (a) loses no parallelism inside the case; (b)
+    loses less than the tasks it saves."""
     where = _fusable_node(run, head)
     if where is None:
         return []
-    chain = [(head, where)]
-    while len(chain) < MAX_FUSED_NODES:
-        kids = run.children.get(chain[-1][0].id, ())
-        if len(kids) != 1:
-            break
-        child = next(iter(kids))
-        ups, seqs = run.deps.get(child, (None, set()))
-        if ups != {chain[-1][0].id} or run.status.get(child) != "pending":
-            break
-        if not all(k in run.seq_refs and run.seq_meta.get(k, {}).get("ok", True) for k in seqs):
-            break
-        node = run._node(child)
-        if (run._timeout_of(node) is None) != (run._timeout_of(head) is None):
-            break  # the segment's backstop is the sum of its limits: all or none have one
-        where = _fusable_node(run, node)
-        if where is None:
-            break
-        chain.append((node, where))
-    return chain
+    members = {head.id: (head, where)}
+    todo = [head.id]
+    limited = run._timeout_of(head) is not None
+    while todo and len(members) < MAX_FUSED_NODES:
+        parent = todo.pop(0)
+        kids = run.children.get(parent, ())
+        for child in sorted(kids, key=run._index):
+            if child in members or run.status.get(child) != "pending" or len(members) >= MAX_FUSED_NODES:
+                continue
+            ups, seqs = run.deps.get(child, (None, set()))
+            if ups is None or not ups <= members.keys():
+                continue
+            node = run._node(child)
+            if not ((len(kids) == 1 and ups == {parent}) or is_tiny(node)):
+                continue
+            if not all(k in run.seq_refs and run.seq_meta.get(k, {}).get("ok", True) for k in seqs):
+                continue
+            if (run._timeout_of(node) is not None) != limited:
+                continue  # the segment's backstop is the sum of its limits: all or none have one
+            where = _fusable_node(run, node)
+            if where is None:
+                continue
+            members[child] = (node, where)
+            todo.append(child)
+    return sorted(members.values(), key=lambda m: run._index(m[0].id))
 
 
 def submit_segment(run: Any, head: Any) -> bool:
@@ -110,15 +143,18 @@ def submit_segment(run: Any, head: Any) -> bool:
     node (or its head cannot be specified): the caller submits ``head`` on its own."""
     from .remote import remote_segment, submit
 
-    chain = chain_from(run, head)
-    specs: list[dict[str, Any]] = []
-    for k, (node, where) in enumerate(chain):
+    members, specs, dropped = chain_from(run, head), [], set()
+    chain = []
+    for node, where in members:
+        if run.deps[node.id][0] & dropped:
+            dropped.add(node.id)
+            continue
         try:
             specs.append(run._node_spec(node, where.device))
-        except ToolError:  # submitted on its own after the segment, it reports the error as unfused
-            chain = chain[:k]
-            break
-    if len(chain) < 2:
+            chain.append((node, where))
+        except ToolError:  # submitted on its own, it reports the error as unfused (its dependents wait)
+            dropped.add(node.id)
+    if len(chain) < 2 or chain[0][0].id != head.id:
         return False
     index = {node.id: k for k, (node, _) in enumerate(chain)}
     args: list[Any] = []
@@ -219,5 +255,5 @@ def check_segment_deadlines(run: Any, now: float, grace_s: float) -> None:
         ray.cancel(run.open[tag], force=True)
 
 
-__all__ = ["chain_from", "check_segment_deadlines", "in_segment", "on_segment_result", "run_segment",
-           "submit_segment"]
+__all__ = ["TINY_S", "chain_from", "check_segment_deadlines", "in_segment", "is_tiny", "observe",
+           "on_segment_result", "run_segment", "submit_segment"]

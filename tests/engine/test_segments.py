@@ -9,6 +9,7 @@ import sys
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -177,3 +178,41 @@ def test_a_time_limit_inside_a_segment_is_the_nodes_own(ray_local, tmp_path):
     assert [e.message for e in evs if e.kind == "retried"] == ["timed out: re-submitted unchanged"]
     assert tallies(ctx.output_dir) == {"a": 1}
     assert out.node_status["m"] == "blocked"
+
+
+def test_a_fan_out_of_known_tiny_nodes_joins_its_parents_segment(ray_local, tmp_path):
+    """a -> {b, c, d} (xtoy.step on a 6x6x4 image: well under TINY_S): separate tasks while the
+    driver has not seen the tool run; one task once it has (three runs); never for a tool whose
+    runs are slow, even if an earlier run was fast."""
+    from bcer.engine import segments
+    from bcer.engine.caserun import CaseRun
+    from bcer.engine.loop import EventLoop
+
+    case = make_case(tmp_path / "in", "ft")
+    plan = PlanSketch(goal="t", steps=[{"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1"}}] + [
+        {"id": k, "tool": "xtoy.step", "args": {"img": "@node.a.image", "add": float(i)}}
+        for i, k in enumerate("bcd")])
+
+    def run(name: str) -> tuple[list, Any]:
+        ctx = RunContext(run_id=name, output_dir=tmp_path / name / case.id)
+        loop = EventLoop()
+        trace = TraceWriter(ctx.output_dir, ctx.run_id, case.id)
+        r = CaseRun(compile_plan(plan, case), case, ctx, None, False, [], trace, loop,
+                    dict(ray_local.cluster_resources()))
+        r.start()
+        segs = [[n for n, _ in s["nodes"]] for s in r.segments.values()]
+        drive(loop, [r])
+        trace.close()
+        assert r.outcome.status == "succeeded", r.outcome.error
+        return segs, read_events(ctx.output_dir / "events.jsonl")
+
+    first, ev1 = run("t1")
+    assert first == []  # a has three children and the tool is unknown: four tasks
+    assert segments.is_tiny(compile_plan(plan, case).node("b"))  # four runs seen, each well under 2 ms
+    second, ev2 = run("t2")
+    assert second == [["a", "b", "c", "d"]]
+    assert _norm(ev1) == _norm(ev2)  # the same events either way
+    assert len({e.worker for e in ev2 if e.kind == "succeeded"}) == 1
+    segments.observe("xtoy.step", "1.0", 0.5)  # one run of half a second: not tiny any more
+    third, _ = run("t3")
+    assert third == []
