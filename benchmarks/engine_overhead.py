@@ -154,8 +154,9 @@ def main() -> None:
               "uptime": os.popen("uptime").read().strip(),
               "command": "python benchmarks/engine_overhead.py " + " ".join(sys.argv[1:]),
               "note": "bcer = run_case_workflows with the default policy (one driver event loop, whole-DAG "
-                      "submission, each linear chain of CPU nodes one task: the chain is one segment, the "
-                      "fan-out has none); bcer_per_node: one task per node; bcer_fused: one task per case; "
+                      "submission, each linear chain of CPU nodes one task, and nodes of a tool the driver has measured under "
+                      "2 ms join their parent's: the chain is one segment; the fan-out is one segment once the "
+                      "warm-up run has shown bench.noop tiny, before that 20 tasks); bcer_per_node: one task per node; bcer_fused: one task per case; "
                       "ray = the same DAG as plain ray.remote tasks; all load the input in a task and write "
                       "one NIfTI; arms interleaved per repeat."}
     args.out.parent.mkdir(parents=True, exist_ok=True)
