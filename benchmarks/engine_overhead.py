@@ -124,11 +124,17 @@ def main() -> None:
         run_bcer(cases, shape, args.nodes, tmp / "warm", fuse=True)
         run_plain_ray(cases, shape, args.nodes, tmp / "warm")
         b, p, f, r = [], [], [], []
+        cpu: dict[str, float] = dict.fromkeys(("bcer", "bcer_per_node", "bcer_fused", "ray"), 0.0)
         for _ in range(args.repeats):  # interleaved, so load drifts hit every arm alike
-            b.append(run_bcer(cases, shape, args.nodes, tmp / "bcer"))
-            p.append(run_bcer(cases, shape, args.nodes, tmp / "bcer", segments=False))
-            f.append(run_bcer(cases, shape, args.nodes, tmp / "bcer", fuse=True))
-            r.append(run_plain_ray(cases, shape, args.nodes, tmp / "ray"))
+            for arm, walls, fn in (("bcer", b, lambda: run_bcer(cases, shape, args.nodes, tmp / "bcer")),
+                                   ("bcer_per_node", p, lambda: run_bcer(cases, shape, args.nodes, tmp / "bcer",
+                                                                         segments=False)),
+                                   ("bcer_fused", f, lambda: run_bcer(cases, shape, args.nodes, tmp / "bcer",
+                                                                      fuse=True)),
+                                   ("ray", r, lambda: run_plain_ray(cases, shape, args.nodes, tmp / "ray"))):
+                c0 = time.process_time()  # the driver's own CPU (Python + Ray's core worker threads)
+                walls.append(fn())
+                cpu[arm] += time.process_time() - c0
         nodes = args.cases * args.nodes
         bm, pm, fm, rm = (statistics.median(x) for x in (b, p, f, r))
         results[shape] = {"bcer_wall_s": b, "bcer_per_node_wall_s": p, "bcer_fused_wall_s": f, "ray_wall_s": r,
@@ -140,7 +146,9 @@ def main() -> None:
                           "overhead_per_node_ms": round(1000 * (bm - rm) / nodes, 3),
                           "per_node_overhead_per_node_ms": round(1000 * (pm - rm) / nodes, 3),
                           "ratio": round(bm / rm, 3), "ratio_per_node": round(pm / rm, 3),
-                          "ratio_fused": round(fm / rm, 3)}
+                          "ratio_fused": round(fm / rm, 3),
+                          "driver_cpu_ms_per_node": {k: round(1000 * v / args.repeats / nodes, 3)
+                                                     for k, v in cpu.items()}}
         print(f"{shape:7s} bcer {bm:.3f}s  per-node {pm:.3f}s  fused {fm:.3f}s  ray {rm:.3f}s  ratio {bm / rm:.2f} "
               f"(per-node {pm / rm:.2f}, fused {fm / rm:.2f})")
     report = {"benchmark": "engine_overhead", "cases": args.cases, "nodes_per_case": args.nodes,

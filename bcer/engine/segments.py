@@ -106,17 +106,21 @@ def chain_from(run: Any, head: Any) -> list[tuple[Any, Any]]:
     """The segment headed by ``head``, in topological order: from each member, a pending
     fusable child joins when (a) it continues a linear chain (it is its parent's only child
     and that parent is its only upstream node), or (b) its tool is known tiny (``is_tiny``)
-    and all its upstream nodes are members. (a) loses no parallelism inside the case; (b)
-    loses less than the tasks it saves."""
+    and all its upstream nodes are members. (a) loses no parallelism inside the case, but
+    only while the segment is one chain: once a member has several children, a slow node
+    joining would make the others' consumers wait for it, so from then on only tiny nodes
+    join; (b) loses less than the tasks it saves."""
     where = _fusable_node(run, head)
     if where is None:
         return []
     members = {head.id: (head, where)}
     todo = [head.id]
     limited = run._timeout_of(head) is not None
+    linear = True
     while todo and len(members) < MAX_FUSED_NODES:
         parent = todo.pop(0)
         kids = run.children.get(parent, ())
+        linear = linear and len(kids) <= 1
         for child in sorted(kids, key=run._index):
             if child in members or run.status.get(child) != "pending" or len(members) >= MAX_FUSED_NODES:
                 continue
@@ -124,7 +128,7 @@ def chain_from(run: Any, head: Any) -> list[tuple[Any, Any]]:
             if ups is None or not ups <= members.keys():
                 continue
             node = run._node(child)
-            if not ((len(kids) == 1 and ups == {parent}) or is_tiny(node)):
+            if not ((linear and ups == {parent}) or is_tiny(node)):
                 continue
             if not all(k in run.seq_refs and run.seq_meta.get(k, {}).get("ok", True) for k in seqs):
                 continue
