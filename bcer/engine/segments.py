@@ -22,7 +22,9 @@ lost after retries, cancelled past its time limit) is rerun node by node, one ta
 from __future__ import annotations
 
 import logging
+import statistics
 import time
+from collections import deque
 from typing import Any
 
 from ..contracts.errors import ToolError
@@ -81,25 +83,25 @@ def _fusable_node(run: Any, node: Any) -> Any:
     return where if where.num_gpus == 0 else None
 
 
-TINY_S = 0.002        # a tool this fast (on the mean of its recent runs) costs less than its own task
+TINY_S = 0.002        # a tool this fast (median of its recent runs) costs less than its own task
 _TINY_MIN_RUNS = 3    # runs seen before a tool counts as tiny
-_ALPHA = 0.2          # weight of the newest run in the running mean
-_SEEN: dict[tuple[str, str], tuple[int, float]] = {}  # (tool, version) -> (runs, running mean, s)
+_RECENT = 9           # runs the median is taken over
+_SEEN: dict[tuple[str, str], deque] = {}  # (tool, version) -> its recent run times, s
 
 
 def observe(tool: str, version: str, run_s: float) -> None:
     """Record a tool's own run time (the driver calls it per executed node, cache hits excluded)."""
-    runs, mean = _SEEN.get((tool, version), (0, 0.0))
-    _SEEN[(tool, version)] = (runs + 1, run_s if runs == 0 else (1 - _ALPHA) * mean + _ALPHA * run_s)
+    _SEEN.setdefault((tool, version), deque(maxlen=_RECENT)).append(run_s)
 
 
 def is_tiny(node: Any) -> bool:
-    """Whether this driver has seen the tool run at least ``_TINY_MIN_RUNS`` times, with a
-    running mean under ``TINY_S``: grouping such nodes loses less parallelism than their tasks
-    cost. A running mean, not the longest run: one preempted run on a loaded machine must not
-    change the policy, while one run of a genuinely slow tool (10x the limit) does at once."""
-    runs, mean = _SEEN.get((node.tool, node.version), (0, 0.0))
-    return runs >= _TINY_MIN_RUNS and mean < TINY_S
+    """Whether the median of the tool's last runs seen by this driver (at least
+    ``_TINY_MIN_RUNS``) is under ``TINY_S``: grouping such nodes loses less parallelism than
+    their tasks cost. A median, not the last or longest run: on a loaded machine a preempted
+    no-op measured 4-20 ms now and then, and one such run must not switch the policy (with a
+    running mean it did, run by run); a tool that turns slow switches after half the window."""
+    recent = _SEEN.get((node.tool, node.version))
+    return recent is not None and len(recent) >= _TINY_MIN_RUNS and statistics.median(recent) < TINY_S
 
 
 def chain_from(run: Any, head: Any) -> list[tuple[Any, Any]]:
