@@ -8,6 +8,8 @@ Arms (each cold arm in a fresh interpreter, so imports and workers really are co
 
 - ``sequential``: one process, a plain loop; its step times give the floor
   (sum of step times / CPUs).
+- ``processes``: the same loop in ``--cpus`` processes side by side (no Ray, cases dealt
+  round-robin, timed after every process has imported): what the floor can really be here.
 - ``ray_cold``: hand-written Ray tasks (one per step, chained by ObjectRefs), ``ray.init`` included.
 - ``bcer_cold``: ``bcer.Study`` with a plan sketch; it starts its local cluster itself.
 - ``warm``: one long-lived local cluster: the hand-written Ray tasks and bcer each run once to
@@ -31,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -76,14 +79,15 @@ def load_cases(root: Path):
 
 
 # ---- arms (each returns a dict) ------------------------------------------------------------------
-def arm_sequential(data: Path, out: Path) -> dict:
+def arm_sequential(data: Path, out: Path, part: tuple[int, int] = (0, 1)) -> dict:
+    """The plain loop (over every ``part[1]``-th case from ``part[0]``)."""
     from benchmarks import _pipeline_tools as t
     from bcer.engine.outputs import write_artifact
     from bcer.tools.io import load_sequence
 
     steps = dict.fromkeys(STEPS, 0.0)
     t0 = time.perf_counter()
-    for case in load_cases(data):
+    for case in load_cases(data)[part[0]::part[1]]:
         s = time.perf_counter()
         img = load_sequence(case.sequences["T1"])
         steps["load"] += time.perf_counter() - s
@@ -100,6 +104,35 @@ def arm_sequential(data: Path, out: Path) -> dict:
         write_artifact(t.intensity_step(img, t.IntensityParams()), out / case.id / "intensity.json")
         steps["intensity"] += time.perf_counter() - s
     return {"wall_s": time.perf_counter() - t0, "step_s": steps}
+
+
+def _loop_part(data: Path, out: Path, part: tuple[int, int], barrier: Any, results: Any) -> None:
+    import benchmarks._pipeline_tools  # noqa: F401  imports before the barrier: only the work is timed
+    import bcer.engine.outputs  # noqa: F401
+
+    barrier.wait()
+    t0 = time.time()
+    r = arm_sequential(data, out, part)
+    results.put({"t0": t0, "t1": time.time(), "step_s": r["step_s"]})
+
+
+def arm_processes(data: Path, out: Path, cpus: int) -> dict:
+    """The plain loop in ``cpus`` processes side by side (cases dealt round-robin), no Ray: what
+    this machine really gives ``cpus`` CPU-bound processes. Its per-step times show how much
+    each step slows down when ``cpus`` of them run at once (shared cores, memory bandwidth)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    barrier, results = ctx.Barrier(cpus), ctx.Queue()
+    procs = [ctx.Process(target=_loop_part, args=(data, out, (k, cpus), barrier, results)) for k in range(cpus)]
+    for p in procs:
+        p.start()
+    parts = [results.get() for _ in procs]
+    for p in procs:
+        p.join()
+    steps = {k: sum(p["step_s"][k] for p in parts) for k in STEPS}
+    return {"wall_s": max(p["t1"] for p in parts) - min(p["t0"] for p in parts), "step_s": steps,
+            "busiest_s": max(p["t1"] - p["t0"] for p in parts)}
 
 
 def _ray_tasks():
@@ -245,6 +278,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.arm:  # a child process running one arm
         fn = {"sequential": lambda: arm_sequential(args.data, args.work / "seq"),
+              "processes": lambda: arm_processes(args.data, args.work / "procs", args.cpus),
               "ray_cold": lambda: arm_ray_cold(args.data, args.work / "ray_cold", args.cpus),
               "bcer_cold": lambda: arm_bcer_cold(args.data, args.work / "bcer_cold", args.cpus),
               "warm": lambda: arm_warm(args.data, args.work / "warm", args.cpus)}[args.arm]
@@ -257,9 +291,11 @@ def main() -> None:
     for rep in range(args.repeats):
         out = work / f"rep{rep}"
         out.mkdir()
-        r = {arm: _run_arm(arm, work / "data", out, args.cpus) for arm in ("sequential", "ray_cold", "bcer_cold", "warm")}
+        r = {arm: _run_arm(arm, work / "data", out, args.cpus) for arm in ("sequential", "processes", "ray_cold", "bcer_cold",
+                                                                   "warm")}
         r["identical_outputs"] = all(_same_outputs(out / "seq", out / d) for d in
-                                     ("ray_cold", "bcer_cold", "warm/ray", "warm/bcer", "warm/c1"))
+                                     ("procs", "ray_cold", "bcer_cold", "warm/ray", "warm/bcer",
+                                                              "warm/c1"))
         runs.append(r)
         load.append(os.getloadavg())
     summary = []
@@ -273,6 +309,14 @@ def main() -> None:
             "bcer_cold_over_ray_cold": round(r["bcer_cold"]["wall_s"] / r["ray_cold"]["wall_s"], 3),
             "ray_warm_s": [round(r["warm"]["ray_warm_s"], 2), round(r["warm"]["ray_warm_s_2"], 2)],
             "bcer_warm_s": round(warm_b, 2), "bcer_warm_over_floor": round(warm_b / floor, 3),
+            # the floor assumes the steps run as fast side by side as alone: the plain loop in
+            # cpus processes (no Ray) measures what this machine really gives
+            "processes_s": round(r["processes"]["wall_s"], 2),
+            "processes_over_floor": round(r["processes"]["wall_s"] / floor, 3),
+            "step_slowdown_side_by_side": round(sum(r["processes"]["step_s"].values())
+                                                / sum(r["sequential"]["step_s"].values()), 3),
+            "bcer_warm_over_processes": round(warm_b / r["processes"]["wall_s"], 3),
+            "ray_warm_over_processes": round(warm_r / r["processes"]["wall_s"], 3),
             "bcer_warm_over_ray_warm": round(warm_b / warm_r, 3),
             "cache_first_s": round(first["wall_s"], 2), "cache_rerun_s": round(changed["wall_s"], 2),
             "cache_speedup": round(first["wall_s"] / changed["wall_s"], 2),
@@ -283,6 +327,8 @@ def main() -> None:
               "repeats": args.repeats, "runs": runs, "summary": summary, "load_average": load,
               "python": platform.python_version(), "cpu_count": os.cpu_count(),
               "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "uptime": os.popen("uptime").read().strip(),
+              "command": "python benchmarks/pipeline.py " + " ".join(sys.argv[1:]),
               "goals": {"bcer_cold_over_ray_cold": "<= 1.05", "bcer_warm_over_floor": "<= 1.15",
                         "cache_speedup": ">= 5 with only the changed node executed"}}
     args.result.parent.mkdir(parents=True, exist_ok=True)

@@ -23,3 +23,14 @@ def ray_local():
              log_to_driver=False, configure_logging=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def fresh_segment_cost_model():
+    """Each test starts with a driver that has seen no tool run (``engine.segments.is_tiny``),
+    so which nodes share a task never depends on the tests run before it."""
+    from bcer.engine import segments
+
+    segments._SEEN.clear()
+    yield
+    segments._SEEN.clear()

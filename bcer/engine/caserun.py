@@ -39,6 +39,7 @@ from . import repair as rp
 from .binder import node_dependencies, resolve_params, resolved_ref, runtime_values, sequence_key
 from .context import CaseOutcome, RunContext, error_from_ray
 from .fusion import on_fused_result, submit_fused
+from .segments import check_segment_deadlines, in_segment, observe, on_segment_result, submit_segment
 from .models import serving
 from .placement import Placement, loader_options, place, task_name, task_options
 from .tokens import parse_token
@@ -101,6 +102,9 @@ class CaseRun:
         self.targets: dict[str, list[dict[str, str]]] = {}
         self.outcome: CaseOutcome | None = None
         self.fused: dict[str, Any] | None = None
+        self.segments: dict[tuple, dict[str, Any]] = {}  # open segment tasks (``engine.segments``)
+        self.segment_chains = False                       # fuse linear chains (set by ``start``)
+        self.no_segment: set[str] = set()                 # nodes rerun one task each (a segment Ray gave up on)
         self.timeouts: dict[str, int] = {}               # timed-out attempts re-submitted per node
         self.clock: Any = None                            # the node clock actor (with ``node_timeout_s``)
         self.reviewed: dict[str, Any] = {}                # node -> reviewed report (R4, engine.review)
@@ -109,9 +113,12 @@ class CaseRun:
         self.t0 = time.time()
 
     # ---- lifecycle ---------------------------------------------------------------------------
-    def start(self, announce: bool = True, fuse: bool = False) -> None:
+    def start(self, announce: bool = True, fuse: bool = False, segments: bool = True) -> None:
         """Submit the whole DAG (and one load per sequence), or all of it as one fused task
-        when ``fuse`` and the DAG is small and CPU-only (see ``engine.fusion``)."""
+        when ``fuse`` and the DAG is small and CPU-only (see ``engine.fusion``). With
+        ``segments`` each linear chain of CPU nodes runs as one task (``engine.segments``);
+        without, every node is its own task."""
+        self.segment_chains = segments
         if announce:
             self.trace.emit("case_started", message=f"{len(self.wf.nodes)} nodes")
         call_hooks(self.hooks, "on_case_start", case=self.case.id, workflow=self.wf, run_id=self.ctx.run_id)
@@ -126,7 +133,7 @@ class CaseRun:
         """Dispatch order within one batch of results: loads, then nodes upstream first."""
         if tag[0] == "seq":
             return -1
-        if tag[0] == "node":
+        if tag[0] in ("node", "seg"):
             return self._index(tag[1])
         return 1 << 20
 
@@ -141,6 +148,8 @@ class CaseRun:
             self._on_node_result(tag[1], tag[2], value, exc)
         elif tag[0] == "repair":
             self._on_verdict(tag[1], tag[2], value, exc)
+        elif tag[0] == "seg":
+            on_segment_result(self, tag, value, exc)
         elif tag[0] == "fused":
             on_fused_result(self, value, exc)
         elif tag[0] == "review":
@@ -178,10 +187,14 @@ class CaseRun:
                 self.fused["cancelled"] = True
                 log.warning("case %s: fused task past its %s s limit, cancelling it", self.case.id, limit)
                 ray.cancel(self.open[("fused",)], force=True)  # -> the case reruns unfused
+        if self.segments:
+            check_segment_deadlines(self, now, _BACKSTOP_GRACE_S)
         late: dict[str, float] = {}
         for node_id, t_ready in list(self.ready_at.items()):
             if self.status.get(node_id) != "running" or node_id in self.cancelled:
                 continue
+            if self.segments and in_segment(self, node_id):
+                continue  # its segment's backstop covers it
             limit = self._timeout_of(self.wf.node(node_id))
             if limit and now - t_ready > limit + max(_BACKSTOP_GRACE_S, limit):
                 late[node_id] = limit
@@ -309,7 +322,8 @@ class CaseRun:
             progressed = False
             for n in list(self.wf.nodes):
                 if self._submittable(n.id):
-                    self._submit(n)
+                    if not (self.segment_chains and submit_segment(self, n)):
+                        self._submit(n)
                     progressed = True
 
     def _inputs_ready(self, node_id: str) -> bool:
@@ -500,6 +514,8 @@ class CaseRun:
         if cache:
             rec["cache"] = {"key": cache["key"], "hit": bool(cache.get("hit")),
                             **({"stored_by": cache["stored_by"]} if cache.get("hit") else {})}
+        if not cache.get("hit"):
+            observe(node.tool, node.version, meta.get("run_s", meta["duration_s"]))  # the segment policy's cost model
         if cache.get("hit"):
             self.cache_hits += 1
             self.trace.emit("cache_hit", node=node.id, tool=node.tool, attempt=attempt,

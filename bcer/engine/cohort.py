@@ -54,7 +54,9 @@ class CohortConfig:
             (API, CLI, bench); None: the registered default pool of this run, if any.
         fuse: run each case's whole DAG as one Ray task: "auto" (when the cohorts of the loop
             hold at least 8 cases per CPU and the DAG is small and CPU-only, see
-            ``engine.fusion``), "always" (whenever the DAG allows) or "never".
+            ``engine.fusion``; otherwise each linear chain of CPU nodes is one task,
+            ``engine.segments``), "always" (whenever the DAG allows), "segments" (chains
+            only, never whole cases) or "never" (one Ray task per node).
         reviewer: report reviewer (R4, ``engine.review``), or a zero-argument factory called
             once Ray is up (and the reviewer it builds released when the cohort ends).
         gpu_concurrency: at most K bcer nodes per GPU at once (``engine.placement.gpu_share``).
@@ -77,7 +79,7 @@ class CohortConfig:
     cache: Path | None = None
     node_timeout_s: float | None = None
     repairer: Any = None
-    fuse: Literal["auto", "always", "never"] = "auto"
+    fuse: Literal["auto", "always", "segments", "never"] = "auto"
     reviewer: Any = None
     gpu_concurrency: int | None = None
     model_server: Any = None
@@ -348,7 +350,7 @@ class _Runner:
         # wide = the cases of every cohort this loop drives (bench: all tasks) fill the cluster
         fuse = cfg.fuse == "always" or (cfg.fuse == "auto" and wide_enough(self.n_run, self.cluster.get("CPU", 1)))
         try:
-            run.start(announce=False, fuse=fuse)
+            run.start(announce=False, fuse=fuse, segments=cfg.fuse != "never")
         except Exception as e:
             run.crash(e)
 

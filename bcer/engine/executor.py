@@ -53,7 +53,7 @@ def drive(loop: EventLoop, runs: list[CaseRun]) -> None:
 
 def run_case_workflow(workflow: Workflow, case: Case, ctx: RunContext, *,
                       contract: TaskContract | None = None, reflector: Any = None,
-                      hooks: list | tuple = ()) -> CaseOutcome:
+                      hooks: list | tuple = (), segments: bool = True) -> CaseOutcome:
     """Run one case's compiled Workflow on the connected Ray cluster.
 
     Args:
@@ -65,6 +65,8 @@ def run_case_workflow(workflow: Workflow, case: Case, ctx: RunContext, *,
             (``for_case``), or None: the registered default pool of this run (see
             ``engine.repair.set_default_repairer``); without one, failures are not repaired.
         hooks: lifecycle hooks (see ``bcer.engine.trace``).
+        segments: run each linear chain of CPU nodes as one task (``engine.segments``); False:
+            one Ray task per node.
 
     Returns:
         A CaseOutcome; never raises for a failing case (errors become ``status``/``error``).
@@ -84,7 +86,7 @@ def run_case_workflow(workflow: Workflow, case: Case, ctx: RunContext, *,
         loop = EventLoop()
         run = CaseRun(workflow, case, ctx, contract, reflector, list(hooks), trace,
                       loop, dict(ray.cluster_resources()))
-        run.start()
+        run.start(segments=segments)
         drive(loop, [run])
         outcome = run.outcome
     except Exception as e:  # the promise: a crash never escapes, the case becomes a failed row
@@ -105,10 +107,12 @@ def run_case_workflow(workflow: Workflow, case: Case, ctx: RunContext, *,
 
 
 def run_case_workflows(items: list[tuple[Workflow, Case, RunContext]], *, contract: TaskContract | None = None,
-                       reflector: Any = None, hooks: list | tuple = (), fuse: bool = False) -> list[CaseOutcome]:
+                       reflector: Any = None, hooks: list | tuple = (), fuse: bool = False,
+                       segments: bool = True) -> list[CaseOutcome]:
     """Run many compiled workflows at once from one event loop (no planning, no cohort tables:
     the cohort runner adds those). Outcomes in input order; a case that crashes the engine
-    fails alone (``internal``)."""
+    fails alone (``internal``). ``fuse``: each case's DAG as one task (``engine.fusion``);
+    ``segments``: each linear chain as one task (``engine.segments``); neither: one task per node."""
     import ray
 
     loop = EventLoop()
@@ -121,7 +125,7 @@ def run_case_workflows(items: list[tuple[Workflow, Case, RunContext]], *, contra
                       on_done=lambda r: r.trace.close())
         runs.append(run)
         try:
-            run.start(fuse=fuse)
+            run.start(fuse=fuse, segments=segments)
         except Exception as e:
             run.crash(e)
     drive(loop, runs)

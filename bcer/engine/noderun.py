@@ -295,6 +295,7 @@ def _execute(spec: dict[str, Any], values: tuple[Any, ...], deps: tuple[dict[str
         _ensure_tool(spec["tool"], spec.get("module", ""), spec.get("module_file", ""))
         t0 = time.time()  # the run interval is the tool's own, not the worker's first imports
         outputs, digests, cache = _cached_or_run(spec, values, deps, device)
+        run_s = time.time() - t0  # the tool's (or cache's) own time, without the writes below
         for f, art in outputs.items():  # every output names where it came from (report evidence ids, audit)
             _stamp_origin(art, spec.get("node"), f, spec["tool"])
         phase = "write"
@@ -316,7 +317,7 @@ def _execute(spec: dict[str, Any], values: tuple[Any, ...], deps: tuple[dict[str
                         traceback=traceback.format_exc()[-_TRACEBACK_CHARS:])
         return None, _failure(t0, device, err, phase)
     return outputs, _meta(t0, device, ok=True, error=None, output_digests=digests, cache=cache,
-                          written=written, measurements=measurements)
+                          written=written, measurements=measurements, run_s=run_s)
 
 
 def run_node(spec: dict[str, Any], *args: Any) -> tuple[Any, ...]:

@@ -130,12 +130,12 @@ def loader_options(case_id: str, key: str, num_cpus: float, max_retries: int) ->
 
 
 def fused_options(case_id: str, first: str, last: str, placements: list[Placement],
-                  max_retries: int) -> dict[str, Any]:
-    """Options of a fused case task: the largest CPU and memory request of its nodes (they run
-    one after another), named ``case/<first>..<last>/fused``."""
+                  max_retries: int, kind: str = "fused", num_returns: int = 2) -> dict[str, Any]:
+    """Options of a fused task (a whole case, or a ``segment`` of a chain): the largest CPU and
+    memory request of its nodes (they run one after another), named ``case/<first>..<last>/<kind>``."""
     memory = max((p.memory or 0) for p in placements) or None
     where = Placement(max(p.num_cpus for p in placements), 0.0, memory, "cpu")
-    return task_options(task_name(case_id, f"{first}..{last}", "fused"), where, 2, max_retries)
+    return task_options(task_name(case_id, f"{first}..{last}", kind), where, num_returns, max_retries)
 
 
 __all__ = ["Placement", "fused_options", "gpu_share", "loader_options", "place", "task_name", "task_options"]

@@ -39,6 +39,15 @@ def remote_fused():
     return ray.remote(run_fused)
 
 
+@functools.cache
+def remote_segment():
+    import ray
+
+    from .segments import run_segment
+
+    return ray.remote(run_segment)
+
+
 _VALIDATED: dict[tuple, dict[str, Any]] = {}
 
 
@@ -76,4 +85,4 @@ def submit(fn: Any, opts: dict[str, Any], *args: Any) -> Any:
     return fn.options(**opts).remote(*args)
 
 
-__all__ = ["remote_fused", "remote_loader", "remote_node", "submit"]
+__all__ = ["remote_fused", "remote_loader", "remote_node", "remote_segment", "submit"]

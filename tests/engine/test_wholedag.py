@@ -58,7 +58,7 @@ def test_whole_dag_is_submitted_at_once(ray_local, tmp_path):
     loop = EventLoop()
     trace = TraceWriter(ctx.output_dir, ctx.run_id, case.id)
     run = CaseRun(wf, case, ctx, None, Reflector(), [], trace, loop, dict(ray_local.cluster_resources()))
-    run.start()
+    run.start(segments=False)  # one task per node (segments: tests/engine/test_segments.py)
     # before any result is seen, every node is already in Ray: one meta per node + one load
     assert run.status == {n: "running" for n in "abcde"}
     assert len(loop) == 6

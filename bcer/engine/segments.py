@@ -1,0 +1,265 @@
+"""Segment fusion: a linear chain of CPU nodes of one case (and its known-tiny nodes) runs as one Ray task.
+
+A chain ``a -> b -> c`` (each node the only child of the one before and fed by no other
+node) has no parallelism inside the case to lose, so running it as one task saves a
+submission, a scheduling round and an argument resolution per node, with no cohort-width
+condition (whole-case fusion, ``engine.fusion``, needs wide cohorts because it also fuses
+branches). Branches and joins stay separate tasks, except nodes whose tool this driver has
+seen run in under ``TINY_S`` every time (a measured cost model, ``observe``/``is_tiny``): a
+fan-out of such nodes joins its parent's segment, since running them one after another
+costs less than their tasks would.
+
+Nothing else changes for the driver: the segment task returns, for every node in it, one
+value per output field and its meta (exactly the returns of separate node tasks), then one
+list of all its metas, which the driver watches. So every node keeps its own ObjectRefs
+(downstream tasks, repair bindings), its own generation, events and provenance; every node
+runs through ``noderun.execute_node`` (cache, time limit, deliverable writes, digests).
+A node that fails inside a segment is repaired like any other; its not-run successors
+go back to pending, and only it and its descendants are resubmitted, bound to the kept
+ObjectRefs of the nodes that succeeded before it. A segment that Ray gives up on (worker
+lost after retries, cancelled past its time limit) is rerun node by node, one task each.
+"""
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections import deque
+from typing import Any
+
+from ..contracts.errors import ToolError
+from .context import error_from_ray
+from .fusion import MAX_FUSED_NODES
+from .models import serving
+from .noderun import execute_node
+from .placement import fused_options, place
+
+log = logging.getLogger(__name__)
+
+
+# ---- worker side ---------------------------------------------------------------------------------
+
+def run_segment(plan: dict[str, Any], *args: Any) -> tuple[Any, ...]:
+    """Ray entry point of a segment: ``plan = {"nodes": [spec], "values": [[slot]], "deps": [[slot]]}``;
+    a slot is ``("arg", i)`` (the task's i-th argument, an upstream outside the segment),
+    ``("out", k, field)`` (a field of the segment's k-th node) or ``("meta", k)`` (its meta).
+
+    Returns:
+        per node, one value per output field then its meta; last, the list of every meta.
+    """
+    outs: list[dict[str, Any] | None] = []
+    metas: list[dict[str, Any]] = []
+    for spec, vslots, dslots in zip(plan["nodes"], plan["values"], plan["deps"]):
+        values = tuple(args[s[1]] if s[0] == "arg" else _field(outs[s[1]], s[2]) for s in vslots)
+        deps = tuple(args[s[1]] if s[0] == "arg" else metas[s[1]] for s in dslots)
+        outputs, meta = execute_node(spec, values, deps)
+        outs.append(outputs)
+        metas.append(meta)
+    flat: list[Any] = []
+    for spec, outputs, meta in zip(plan["nodes"], outs, metas):
+        flat.extend([None] * len(spec["outputs"]) if outputs is None else [outputs[f] for f in spec["outputs"]])
+        flat.append(meta)
+    flat.append(metas)
+    return tuple(flat)
+
+
+def _field(outputs: dict[str, Any] | None, field: str) -> Any:
+    return None if outputs is None else outputs[field]
+
+
+# ---- driver side ---------------------------------------------------------------------------------
+
+def _fusable_node(run: Any, node: Any) -> Any:
+    """The node's CPU placement when it may join a segment, else None."""
+    if node.id in run.no_segment or run._reviewed_writes(node):
+        return None
+    if serving(run.ctx.model_server, node.tool, node.params):
+        return None  # a node a model actor serves runs there
+    try:
+        where = place(node, run.cluster, run.ctx.device_policy, run.device_override.get(node.id),
+                      run.ctx.gpu_concurrency, float(getattr(run.ctx.model_server, "reserved_gpus", 0.0) or 0.0))
+    except ToolError:  # the ordinary path reports it
+        return None
+    return where if where.num_gpus == 0 else None
+
+
+TINY_S = 0.002        # a tool this fast (median of its recent runs) costs less than its own task
+_TINY_MIN_RUNS = 3    # runs seen before a tool counts as tiny
+_RECENT = 9           # runs the median is taken over
+_SEEN: dict[tuple[str, str], deque] = {}  # (tool, version) -> its recent run times, s
+
+
+def observe(tool: str, version: str, run_s: float) -> None:
+    """Record a tool's own run time (the driver calls it per executed node, cache hits excluded)."""
+    _SEEN.setdefault((tool, version), deque(maxlen=_RECENT)).append(run_s)
+
+
+def is_tiny(node: Any) -> bool:
+    """Whether the median of the tool's last runs seen by this driver (at least
+    ``_TINY_MIN_RUNS``) is under ``TINY_S``: grouping such nodes loses less parallelism than
+    their tasks cost. A median, not the last or longest run: on a loaded machine a preempted
+    no-op measured 4-20 ms now and then, and one such run must not switch the policy (with a
+    running mean it did, run by run); a tool that turns slow switches after half the window."""
+    recent = _SEEN.get((node.tool, node.version))
+    return recent is not None and len(recent) >= _TINY_MIN_RUNS and statistics.median(recent) < TINY_S
+
+
+def chain_from(run: Any, head: Any) -> list[tuple[Any, Any]]:
+    """The segment headed by ``head``, in topological order: from each member, a pending
+    fusable child joins when (a) it continues a linear chain (it is its parent's only child
+    and that parent is its only upstream node), or (b) its tool is known tiny (``is_tiny``)
+    and all its upstream nodes are members. (a) loses no parallelism inside the case, but
+    only while the segment is one chain: once a member has several children, a slow node
+    joining would make the others' consumers wait for it, so from then on only tiny nodes
+    join; (b) loses less than the tasks it saves."""
+    where = _fusable_node(run, head)
+    if where is None:
+        return []
+    members = {head.id: (head, where)}
+    todo = [head.id]
+    limited = run._timeout_of(head) is not None
+    linear = True
+    while todo and len(members) < MAX_FUSED_NODES:
+        parent = todo.pop(0)
+        kids = run.children.get(parent, ())
+        linear = linear and len(kids) <= 1
+        for child in sorted(kids, key=run._index):
+            if child in members or run.status.get(child) != "pending" or len(members) >= MAX_FUSED_NODES:
+                continue
+            ups, seqs = run.deps.get(child, (None, set()))
+            if ups is None or not ups <= members.keys():
+                continue
+            node = run._node(child)
+            if not ((linear and ups == {parent}) or is_tiny(node)):
+                continue
+            if not all(k in run.seq_refs and run.seq_meta.get(k, {}).get("ok", True) for k in seqs):
+                continue
+            if (run._timeout_of(node) is not None) != limited:
+                continue  # the segment's backstop is the sum of its limits: all or none have one
+            where = _fusable_node(run, node)
+            if where is None:
+                continue
+            members[child] = (node, where)
+            todo.append(child)
+    return sorted(members.values(), key=lambda m: run._index(m[0].id))
+
+
+def submit_segment(run: Any, head: Any) -> bool:
+    """Submit ``head`` and the chain below it as one task; False when the chain is a single
+    node (or its head cannot be specified): the caller submits ``head`` on its own."""
+    from .remote import remote_segment, submit
+
+    members, specs, dropped = chain_from(run, head), [], set()
+    chain = []
+    for node, where in members:
+        if run.deps[node.id][0] & dropped:
+            dropped.add(node.id)
+            continue
+        try:
+            specs.append(run._node_spec(node, where.device))
+            chain.append((node, where))
+        except ToolError:  # submitted on its own, it reports the error as unfused (its dependents wait)
+            dropped.add(node.id)
+    if len(chain) < 2 or chain[0][0].id != head.id:
+        return False
+    index = {node.id: k for k, (node, _) in enumerate(chain)}
+    args: list[Any] = []
+    plan: dict[str, Any] = {"nodes": specs, "values": [], "deps": []}
+    for (node, _), spec in zip(chain, specs):
+        vslots, ports = [], []
+        for (port, path), src in zip(spec["ports"], spec["sources"]):
+            if src[0] == "node" and src[1] in index:
+                vslots.append(("out", index[src[1]], src[2]))
+                ports.append((port, tuple(path)))
+            else:
+                vslots.append(("arg", len(args)))
+                args.append((run.seq_refs[src[1]] if src[0] == "seq" else run.refs[src[1]][src[2]])[0])
+                ports.append((port, (*run._prefix(src), *path)))
+        spec["ports"] = ports
+        dslots = []
+        for d in spec["deps"]:
+            kind, _, name = d.partition(".")
+            if kind == "node" and name in index:
+                dslots.append(("meta", index[name]))
+            else:
+                dslots.append(("arg", len(args)))
+                args.append(run.meta_refs[name] if kind == "node" else run.seq_meta_refs[name])
+        plan["values"].append(vslots)
+        plan["deps"].append(dslots)
+    gens = []
+    for node, where in chain:
+        if where.fallback:
+            run.trace.emit("fallback", node=node.id, tool=node.tool, attempt=run.runs.get(node.id, 0) + 1,
+                           message=f"{node.tool} runs its CPU path: {where.fallback}")
+        gens.append(run.gen.get(node.id, 0) + 1)
+    for (node, _), spec, gen in zip(chain, specs, gens):
+        spec.update(run.clock_fields(node.id, gen))
+    n_returns = sum(len(node.outputs) + 1 for node, _ in chain) + 1
+    opts = fused_options(run.case.id, chain[0][0].id, chain[-1][0].id, [w for _, w in chain],
+                         run.ctx.task_max_retries, kind="segment", num_returns=n_returns)
+    refs = submit(remote_segment(), opts, plan, *args)
+    pos = 0
+    for (node, where), spec, gen in zip(chain, specs, gens):
+        run.gen[node.id] = gen
+        run.served.discard(node.id)
+        run.status[node.id] = "running"
+        run.refs[node.id] = {f: (r, ()) for f, r in zip(node.outputs, refs[pos:pos + len(node.outputs)])}
+        run.meta_refs[node.id] = refs[pos + len(node.outputs)]
+        pos += len(node.outputs) + 1
+        run._record_submission(node, spec, where.device, run.runs.get(node.id, 0) + 1)
+    tag = ("seg", chain[0][0].id, gens[0])
+    limits = [run._timeout_of(node) for node, _ in chain]
+    run.segments[tag] = {"nodes": [(node.id, gen) for (node, _), gen in zip(chain, gens)], "t": time.time(),
+                         "limit": None if any(x is None for x in limits) else sum(limits),
+                         "clock_key": specs[0].get("clock_key"), "cancelled": False}
+    run._watch(tag, refs[-1])
+    return True
+
+
+def in_segment(run: Any, node_id: str) -> bool:
+    """Whether the node's current submission is part of a segment task still awaited."""
+    return any((node_id, run.gen.get(node_id)) in seg["nodes"] for seg in run.segments.values())
+
+
+def on_segment_result(run: Any, tag: tuple, metas: Any, exc: BaseException | None) -> None:
+    """Record every node of a segment as if each had been its own task (upstream first)."""
+    seg = run.segments.pop(tag, None)
+    if seg is None:
+        return
+    if exc is None:
+        for (node_id, gen), meta in zip(seg["nodes"], metas):
+            run._on_node_result(node_id, gen, meta, None)
+        return
+    live = [n for n, g in seg["nodes"] if run.status.get(n) == "running" and run.gen.get(n) == g]
+    if not live or not run._inputs_ready(live[0]):
+        return  # void already, or Ray passed an upstream's failure along: that node's result decides
+    err = error_from_ray(exc)
+    log.warning("case %s: segment %s..%s failed (%s): rerunning it node by node", run.case.id,
+                seg["nodes"][0][0], seg["nodes"][-1][0], err["message"])
+    run.trace.emit("retried", node=live[0], message=f"segment task failed ({err['code']}): rerun node by node",
+                   error_code=err["code"])
+    run._void_descendants(live[0])  # tasks chained to the segment's refs never run
+    for node_id in live:
+        run.status[node_id] = "pending"
+        run.ready_at.pop(node_id, None)
+        run.no_segment.add(node_id)
+
+
+def check_segment_deadlines(run: Any, now: float, grace_s: float) -> None:
+    """Backstop for a segment stuck in C code (each node's own alarm runs inside the task):
+    past the sum of its nodes' limits plus the grace, it is cancelled and rerun node by node."""
+    import ray
+
+    for tag, seg in list(run.segments.items()):
+        limit = seg["limit"]
+        if seg["cancelled"] or not limit or tag not in run.open or now - seg["t"] <= limit + max(grace_s, limit):
+            continue
+        if not run._ran_past({"seg": seg["clock_key"]}, limit).get("seg", True):
+            continue  # still queued for a worker
+        seg["cancelled"] = True
+        log.warning("case %s: segment %s past its %s s limit, cancelling it", run.case.id, tag[1], limit)
+        ray.cancel(run.open[tag], force=True)
+
+
+__all__ = ["TINY_S", "chain_from", "check_segment_deadlines", "in_segment", "is_tiny", "observe",
+           "on_segment_result", "run_segment", "submit_segment"]
