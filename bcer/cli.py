@@ -5,7 +5,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -217,16 +217,12 @@ def run(case: Path = typer.Option(..., "--case", help="case folder"),
     """Run one case."""
     from .api import Study, load_cases
 
-    r4_on = _r4_flag(r4)
+    shared = _study_kwargs(locals())
     try:
         cases = load_cases(case, layout, _seq(seq))
         if len(cases) != 1:
             _fail(ValueError(f"{case} holds {len(cases)} cases; use `bcer cohort`"))
-        result = _progress_run(Study(cases, task=task, goal=goal, plan=plan_file, out=out,
-                                     address=address, max_in_flight=1, bundles=_bundles(bundle),
-                                     model_dirs=_dirs(model_dir), r4=r4_on, memory=memory, planner=planner,
-                                     llm=llm, llm_record=llm_record, reflector=reflector, cache=cache,
-                                     node_timeout_s=node_timeout))
+        result = _progress_run(Study(cases, max_in_flight=1, **shared))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     except KeyboardInterrupt:
@@ -265,14 +261,10 @@ def cohort(data: Path = typer.Option(..., "--data", help="dataset folder"),
     """Run many cases; a failing case becomes a row, the others finish; reruns skip _DONE cases."""
     from .api import Study
 
-    r4_on = _r4_flag(r4)
+    shared = _study_kwargs(locals())
     try:
-        result = _progress_run(Study(data, task=task, goal=goal, plan=plan_file, out=out, layout=layout,
-                                     address=address, max_in_flight=max_in_flight, limit=limit,
-                                     bundles=_bundles(bundle), model_dirs=_dirs(model_dir), seq=_seq(seq),
-                                     r4=r4_on, memory=memory, planner=planner, llm=llm, llm_record=llm_record,
-                                     reflector=reflector, cache=cache, node_timeout_s=node_timeout,
-                                     gpu_concurrency=gpu_concurrency, model_actors=model_actors))
+        result = _progress_run(Study(data, layout=layout, max_in_flight=max_in_flight, limit=limit, seq=_seq(seq),
+                                     gpu_concurrency=gpu_concurrency, model_actors=model_actors, **shared))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     except KeyboardInterrupt:
@@ -283,6 +275,15 @@ def cohort(data: Path = typer.Option(..., "--data", help="dataset folder"),
         _print_summary(result)
     if report:
         _pages(result.out)
+
+
+def _study_kwargs(cli: dict[str, Any]) -> dict[str, Any]:
+    """The ``Study`` arguments of the options ``run`` and ``cohort`` share, from the command's
+    ``locals()`` (CLI names to API names, flags parsed): declared once for both commands."""
+    return dict(task=cli["task"], goal=cli["goal"], plan=cli["plan_file"], out=cli["out"], address=cli["address"],
+                bundles=_bundles(cli["bundle"]), model_dirs=_dirs(cli["model_dir"]), r4=_r4_flag(cli["r4"]),
+                memory=cli["memory"], planner=cli["planner"], llm=cli["llm"], llm_record=cli["llm_record"],
+                reflector=cli["reflector"], cache=cli["cache"], node_timeout_s=cli["node_timeout"])
 
 
 def _r4_flag(value: str) -> bool:

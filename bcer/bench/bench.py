@@ -78,14 +78,23 @@ def _read_cases(root: Path) -> list[Case]:
     return load_cases(root)
 
 
-def _task_rows(task: str, cases: list[Case], result: Any, contract: TaskContract) -> list[dict[str, Any]]:
+def _quality(case: Case | None, case_dir: Path, contract: TaskContract) -> dict[str, Any]:
+    """The case's quality against its ground truth ({} without truth or without a finished run)."""
+    if case is None or not case.ground_truth or not (case_dir / "workflow.json").exists():
+        return {}
+    return case_quality(case, case_dir, contract)
+
+
+def _task_rows(task: str, cases: list[Case], result: Any, contract: TaskContract,
+               scored: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Bench rows of one task's cohort; ``scored`` holds quality already computed (case id ->),
+    ``None`` scores nothing (the row's ``quality`` is then ``{}``)."""
     by_id = {c.id: c for c in cases}
     rows = []
     for row in result.rows:
-        case = by_id.get(row["case"])
         case_dir = result.out / row["case"]
-        quality = (case_quality(case, case_dir, contract)
-                   if case is not None and case.ground_truth and (case_dir / "workflow.json").exists() else {})
+        quality = ({} if scored is None else scored[row["case"]] if row["case"] in scored
+                   else _quality(by_id.get(row["case"]), case_dir, contract))
         rows.append({"task": task, "case": row["case"], "status": row["status"], "sr": row.get("sr") or 0,
                      "sr_delivered": int(row.get("sr_delivered", row.get("sr")) or 0),
                      "tcr": float(row.get("tcr") or 0.0), "error_code": row.get("error_code"),
@@ -100,8 +109,11 @@ def run_task_cases(cases: dict[str, list[Case]], out: str | Path, address: str |
                    max_in_flight: int = 2, on_case_done: Callable[[dict], None] | None = None,
                    cache: str | Path | None = None, node_timeout_s: float | None = None,
                    bundles: dict[str, str] | None = None, read_roots: tuple[str, ...] = (),
-                   controller: Any = None) -> list[dict[str, Any]]:
+                   controller: Any = None, quality: bool = True) -> list[dict[str, Any]]:
     """Run every task's cases on Ray, one cohort per task, all tasks from one driver loop.
+
+    Each case is scored against its ground truth as soon as it finishes, while the others still
+    run (``quality=False`` scores nothing: a speed benchmark whose reference arm does not score).
 
     Returns:
         Per task ``{"task", "rows", "wall_s", "out"}``; each row carries SR/TCR, the error
@@ -126,10 +138,19 @@ def run_task_cases(cases: dict[str, list[Case]], out: str | Path, address: str |
     for cfg in cfgs.values():  # one pool per task cohort: case ids repeat across tasks, budgets must not
         cfg.repairer = make_repairer(cfg.run_id, tiers)
     finished: dict[str, float] = {}
+    scored: dict[str, dict[str, dict[str, Any]]] = {t: {} for t in cases}
+    by_id = {t: {c.id: c for c in cs} for t, cs in cases.items()}
     t0 = time.time()
 
     def done(row: dict[str, Any]) -> None:
-        finished[row.get("task") or ""] = time.time() - t0
+        task = row.get("task") or ""
+        finished[task] = time.time() - t0
+        if quality and task in cfgs:
+            try:
+                scored[task][row["case"]] = _quality(by_id[task].get(row["case"]), cfgs[task].out / row["case"],
+                                                     contracts[task])
+            except Exception:  # never inside the driver loop: scored again (and raised) after the run
+                log.warning("scoring %s/%s failed; retried after the run", task, row["case"], exc_info=True)
         if on_case_done:
             on_case_done(row)
 
@@ -138,7 +159,7 @@ def run_task_cases(cases: dict[str, list[Case]], out: str | Path, address: str |
     finally:
         for cfg in cfgs.values():
             cfg.repairer.close()
-    return [{"task": t, "rows": _task_rows(t, cases[t], r, contracts[t]),
+    return [{"task": t, "rows": _task_rows(t, cases[t], r, contracts[t], scored[t] if quality else None),
              "wall_s": round(finished.get(t, time.time() - t0), 2), "out": str(r.out)}
             for t, r in zip(cases, results)]
 

@@ -46,6 +46,7 @@ from .tokens import parse_token
 from .trace import TraceWriter, call_hooks
 
 log = logging.getLogger(__name__)
+_SEQ_GET_TIMEOUT_S = 30.0  # a sequence already loaded is in shared memory: milliseconds, unless lost
 _NO_REPAIR = {ErrorCode.worker_lost.value, ErrorCode.timeout.value}
 _HALT_CASE = {ErrorCode.sandbox.value, ErrorCode.input_missing.value}  # an input problem halts the whole case
 _TIMEOUT_RETRIES = 1  # a timed-out node is re-submitted unchanged this many times
@@ -791,6 +792,20 @@ class CaseRun:
                          node=node_id, tool=node.tool).to_dict())
         self.trace.emit("failed", node=node_id, tool=node.tool, error_code=err["code"], message=err["message"])
         self._give_up(node, err, halted=False)
+
+    def loaded_sequence(self, key: str) -> Any | None:
+        """The artifact this case's load task left in the object store for ``key``: what the
+        plausibility checks read instead of decoding the file again (None: not loaded here,
+        its load failed, or the object is gone)."""
+        if key not in self.seq_refs or not self.seq_meta.get(key, {}).get("ok"):
+            return None
+        import ray
+
+        try:
+            return ray.get(self.seq_refs[key][0], timeout=_SEQ_GET_TIMEOUT_S)
+        except Exception as e:  # lost with its node, or not retrievable in time: the checks read the file
+            log.info("case %s: sequence %s not in the object store (%s); reading its file", self.case.id, key, e)
+            return None
 
     def deliverable_paths(self) -> dict[str, Path]:
         return {k: Path(v["files"][0]) for k, v in self.written.items()}

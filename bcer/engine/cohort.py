@@ -32,6 +32,7 @@ from .fusion import wide_enough
 from .planning import PlanCache, Planner, plan_and_compile
 from .models import release_server, resolve_server
 from .review import release_reviewer, resolve_reviewer
+from .segments import critical_path_s
 from .tables import COHORT_FILE, EVENTS_PARQUET, CohortTables, rows_table
 from .trace import TraceWriter
 
@@ -283,13 +284,33 @@ class _Runner:
 
     # ---- admission and planning ---------------------------------------------------------------
     def _admit(self) -> None:
+        planned: list[tuple] = []
         for job in self.jobs:
             while job.todo and job.active < job.cap:
                 case = job.todo.popleft()
                 job.active += 1
-                self._admit_case(job, case)
+                ready = self._admit_case(job, case)
+                if ready is not None:
+                    planned.append(ready)
+        # Longest expected case first (LPT): Ray dispatches queued tasks in submission order, so
+        # cases whose chains this driver knows to be long get the CPUs first and short ones fill
+        # the gaps. A stable sort: while no tool has been seen, the given order stands.
+        planned.sort(key=lambda p: -critical_path_s(p[4][1]))
+        for job, case, trace, t0, plan in planned:
+            self._start_or_reject(job, case, trace, t0, plan)
 
-    def _admit_case(self, job: _Job, case: Case) -> None:
+    def _start_or_reject(self, job: _Job, case: Case, trace: TraceWriter, t0: float, planned: tuple) -> None:
+        try:
+            self._start(job, case, trace, t0, planned)
+        except ToolError as e:
+            self._reject(job, case, trace, e.with_context(case=case.id), "rejected", t0)
+        except Exception as e:  # a bug: this case's row, not the cohort's end
+            self._reject(job, case, trace, _internal(e), "failed", t0, traceback.format_exc())
+
+    def _admit_case(self, job: _Job, case: Case) -> tuple | None:
+        """Open the case's trace and plan it: ``(job, case, trace, t0, planned)`` to start when a
+        deterministic planner planned it here, None when an LLM plans on a thread (or it was
+        rejected)."""
         cfg, t0 = job.cfg, time.time()
         trace: TraceWriter | None = None
         try:
@@ -301,7 +322,7 @@ class _Runner:
             if getattr(cfg.planner, "deterministic", False):
                 planned = job.plans.plan(cfg.planner, cfg.goal_text, case, cfg.contract, cfg.max_revisions,
                                          trace.emit)
-                self._start(job, case, trace, t0, planned)
+                return job, case, trace, t0, planned
             else:  # an LLM planner takes seconds: plan on a thread, the loop goes on
                 fut = self._planner_pool().submit(plan_and_compile, cfg.planner, cfg.goal_text, case,
                                                   cfg.contract, cfg.max_revisions, trace.emit)
@@ -310,6 +331,7 @@ class _Runner:
             self._reject(job, case, trace, e.with_context(case=case.id), "rejected", t0)
         except Exception as e:  # a crashing planner or a bug: this case's row, not the cohort's end
             self._reject(job, case, trace, _internal(e), "failed", t0, traceback.format_exc())
+        return None
 
     def _planner_pool(self) -> ThreadPoolExecutor:
         if self._pool is None:

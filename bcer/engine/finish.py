@@ -42,7 +42,7 @@ def _plausibility(run: Any, checks: dict[str, tuple[bool, str]]) -> list[CheckRe
     """The contract's plausibility checks over the written deliverables, one event each."""
     if run.contract is None or not run.contract.plausibility:
         return []
-    results = run_checks(run.contract, run.case, run.ctx.output_dir, checks)
+    results = run_checks(run.contract, run.case, run.ctx.output_dir, checks, loaded=run.loaded_sequence)
     for r in results:
         run.trace.emit("plausibility", node=run.written.get(r.deliverable, {}).get("node"),
                        message=f"{r.check} on {r.deliverable}: {r.message}", data=r.to_dict(),

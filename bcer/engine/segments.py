@@ -94,6 +94,22 @@ def observe(tool: str, version: str, run_s: float) -> None:
     _SEEN.setdefault((tool, version), deque(maxlen=_RECENT)).append(run_s)
 
 
+def expected_s(tool: str, version: str) -> float:
+    """The median of the tool's recent run times seen by this driver; 0.0 for a tool not seen yet."""
+    recent = _SEEN.get((tool, version))
+    return statistics.median(recent) if recent else 0.0
+
+
+def critical_path_s(wf: Any) -> float:
+    """The case's longest chain of expected tool times (``expected_s``): what bounds its wall
+    time once its branches run side by side. 0.0 while none of its tools has been seen."""
+    done: dict[str, float] = {}
+    for n in wf.nodes:  # the compiler emits nodes in topological order
+        ups = {u for u, v in wf.edges if v == n.id} | set(n.after)
+        done[n.id] = expected_s(n.tool, n.version) + max((done[u] for u in ups if u in done), default=0.0)
+    return max(done.values(), default=0.0)
+
+
 def is_tiny(node: Any) -> bool:
     """Whether the median of the tool's last runs seen by this driver (at least
     ``_TINY_MIN_RUNS``) is under ``TINY_S``: grouping such nodes loses less parallelism than
@@ -261,5 +277,5 @@ def check_segment_deadlines(run: Any, now: float, grace_s: float) -> None:
         ray.cancel(run.open[tag], force=True)
 
 
-__all__ = ["TINY_S", "chain_from", "check_segment_deadlines", "in_segment", "is_tiny", "observe",
+__all__ = ["TINY_S", "chain_from", "critical_path_s", "expected_s", "check_segment_deadlines", "in_segment", "is_tiny", "observe",
            "on_segment_result", "run_segment", "submit_segment"]

@@ -1,9 +1,7 @@
 """The content-addressed node cache: keys, atomic publication, corruption, reuse across cohorts."""
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 import threading
 from pathlib import Path
 
@@ -15,10 +13,6 @@ from bcer.contracts import Case, Image, PlanSketch, SequenceRef
 from bcer.engine.cache import CorruptEntry, NodeCache, node_key
 from bcer.tools.io import read_nifti, write_nifti
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-importlib.import_module("tests.engine._exec_tools")
 
 pytestmark = pytest.mark.timeout(150)
 

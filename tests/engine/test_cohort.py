@@ -1,9 +1,7 @@
 """Cohort runner and Python API: failures become rows, others finish, reruns resume."""
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,10 +15,6 @@ from bcer.engine.cohort import CohortConfig, admit_case, run_cohort
 from bcer.engine.planning import StaticPlanner
 from bcer.tools.io import write_nifti
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-importlib.import_module("tests.engine._exec_tools")  # registers xtoy.* in the driver and workers
 
 pytestmark = pytest.mark.timeout(180)
 AFFINE = np.diag([-1.2, 1.2, 3.0, 1.0])

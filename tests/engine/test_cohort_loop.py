@@ -1,9 +1,7 @@
 """The cohort loop: plan reuse, planners that trace, any exception is a row, incremental tables."""
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,10 +16,6 @@ from bcer.engine.tables import CohortTables
 from bcer.engine.trace import read_events
 from bcer.tools.io import write_nifti
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-importlib.import_module("tests.engine._exec_tools")
 
 pytestmark = pytest.mark.timeout(150)
 PLAN = PlanSketch(goal="two steps", steps=[
@@ -156,3 +150,33 @@ def test_default_in_flight_follows_the_cluster():
     assert default_in_flight({"CPU": 2.0}) == 16
     assert default_in_flight({"CPU": 64.0, "GPU": 8.0}) == 544
     assert isinstance(pa.table({"a": [1]}), pa.Table)
+
+
+def test_cases_known_to_be_long_are_started_first(ray_local, tmp_path, monkeypatch):
+    """Longest expected case first (LPT) within one admission: the second cohort's case has the
+    longer chain by the tool times this driver has seen, so it is started (submitted) first."""
+    from collections import deque
+
+    from bcer.engine import cohort, segments
+    from bcer.engine.cohort import run_cohorts
+    from bcer.tools.registry import get_tool
+
+    short = PlanSketch(goal="one step", steps=[{"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1"}}])
+    started: list[str] = []
+    real = cohort._Runner._start
+
+    def spy(self, job, case, trace, t0, planned):
+        started.append(f"{job.cfg.out.name}/{case.id}")
+        return real(self, job, case, trace, t0, planned)
+
+    monkeypatch.setattr(cohort._Runner, "_start", spy)
+    seen = {("xtoy.step", get_tool("xtoy.step").spec.version): 0.01,
+            ("xtoy.measure", get_tool("xtoy.measure").spec.version): 3.0}
+    for k, s in seen.items():  # the autouse fixture clears the cost model after the test
+        segments._SEEN[k] = deque([s] * 3, maxlen=9)
+    results = run_cohorts([(make_cases(tmp_path / "in1", 1), CohortConfig(out=tmp_path / "short",
+                                                                          planner=StaticPlanner(short))),
+                           (make_cases(tmp_path / "in2", 1), CohortConfig(out=tmp_path / "long",
+                                                                          planner=StaticPlanner(PLAN)))])
+    assert started == ["long/q0", "short/q0"]
+    assert [r.rows[0]["status"] for r in results] == ["succeeded", "succeeded"]

@@ -6,9 +6,7 @@ compiled from small sketches with the real compiler.
 from __future__ import annotations
 
 import gzip
-import importlib
 import json
-import sys
 import time
 import uuid
 import zlib
@@ -24,10 +22,6 @@ from bcer.engine.executor import RunContext, run_case_workflow
 from bcer.engine.trace import events_table, read_events
 from bcer.tools.io import write_nifti
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # Ray workers and actors start in the repo root: same module name there
-    sys.path.insert(0, str(ROOT))
-importlib.import_module("tests.engine._exec_tools")  # registers the xtoy.* tools in the driver
 
 pytestmark = pytest.mark.timeout(90)
 AFFINE = np.diag([1.5, 1.5, 3.0, 1.0])

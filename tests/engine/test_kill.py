@@ -22,9 +22,6 @@ from bcer.engine.planning import StaticPlanner
 from bcer.tools.io import write_nifti
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-importlib.import_module("tests.engine._exec_tools")
 script = importlib.import_module("tests.engine._cohort_script")
 
 pytestmark = pytest.mark.timeout(300)

@@ -4,7 +4,6 @@ not), and the node clock keeping the driver's backstop from cancelling a node st
 from __future__ import annotations
 
 import importlib
-import sys
 import uuid
 from pathlib import Path
 
@@ -18,11 +17,7 @@ from bcer.engine.review import ReviewResult
 from bcer.engine.trace import read_events
 from bcer.tools.io import write_nifti
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 importlib.import_module("tests.engine._seam_tools")
-importlib.import_module("tests.engine._exec_tools")
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -465,3 +465,26 @@ def test_run_checks_skips_undelivered_and_names_the_failure(tmp_path, gland) -> 
     msg = summary_message(results)
     assert msg.startswith("plausibility check 'gland_volume' failed on gland: gland volume = 1493 mL")
     assert "(limit 10–250 mL)" in msg and "1 more failed: organ_off_edge" in msg
+
+
+def test_checks_read_the_sequences_the_engine_already_loaded(tmp_path, brain) -> None:
+    """With ``loaded``, a check judges the arrays the tools received, not a second decode of the
+    file: a provider that returns another image changes the verdict; None falls back to the file."""
+    from bcer.contracts import Image
+    from bcer.engine.plausibility.core import FileCache
+
+    c, head = brain
+    t1 = np.asarray(nib.load(c.sequences["T1"].path).dataobj)
+    aff = np.diag([3.0, 3.0, 3.0, 1.0])
+    den = nii(tmp_path / "den.nii.gz", t1, aff)
+    spec = PlausibilityCheck(check="similar_to_input", deliverable="im", uses={}, params={})
+    asked: list[str] = []
+
+    def noise(key: str):
+        asked.append(key)
+        return Image(np.random.default_rng(3).random(t1.shape).astype(np.float32), aff)
+
+    r = run_check(spec, c, tmp_path, {"im": den}, FileCache(noise))
+    assert asked == ["T1"] and r.ok is False and abs(r.value) < 0.1  # judged the provided arrays
+    r = run_check(spec, c, tmp_path, {"im": den}, FileCache(lambda key: None))
+    assert r.ok and r.value > 0.99  # nothing loaded: the file is read

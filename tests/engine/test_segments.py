@@ -3,12 +3,9 @@ per-node events and provenance, local repair of only the failed node and its des
 the node cache, time limits, and a segment Ray gives up on reruns node by node."""
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 import uuid
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,10 +17,6 @@ from bcer.engine.executor import RunContext, drive, run_case_workflow, run_case_
 from bcer.engine.trace import TraceWriter, read_events
 from bcer.tools.io import read_nifti
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-importlib.import_module("tests.engine._exec_tools")
 from tests.engine.test_wholedag import branchy, make_case, tallies  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
@@ -256,3 +249,20 @@ def test_a_slow_node_never_joins_once_the_segment_branches(ray_local, tmp_path):
     trace.close()
     assert run.outcome.status == "succeeded", run.outcome.error
     assert tallies(ctx.output_dir) == {"c": 1, "b2": 1}
+
+
+def test_critical_path_is_the_longest_chain_of_seen_tool_times() -> None:
+    from collections import deque
+
+    from bcer.contracts.workflow import Node, Workflow
+    from bcer.engine import segments
+
+    nodes = [Node(id="a", tool="cp.a", inputs={}), Node(id="b", tool="cp.b", inputs={"x": "@node.a.out"}),
+             Node(id="c", tool="cp.c", inputs={"x": "@node.a.out"}),
+             Node(id="d", tool="cp.d", inputs={"x": "@node.b.out", "y": "@node.c.out"})]
+    wf = Workflow(case_id="c", goal="cp", nodes=nodes, edges=[("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])
+    assert segments.critical_path_s(wf) == 0.0  # nothing seen yet: no order is imposed
+    for tool, s in {"cp.a": 1.0, "cp.b": 5.0, "cp.c": 2.0, "cp.d": 0.5}.items():  # cleared by the autouse fixture
+        segments._SEEN[(tool, "1.0")] = deque([s, s, 100.0 * s, s], maxlen=9)  # the median, not the outlier
+    assert segments.expected_s("cp.b", "1.0") == 5.0
+    assert segments.critical_path_s(wf) == pytest.approx(1.0 + 5.0 + 0.5)  # a -> b -> d, not a -> c -> d

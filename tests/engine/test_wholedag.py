@@ -1,8 +1,6 @@
 """Whole-DAG submission, fusion, repair of only the failed node and its descendants, time limits."""
 from __future__ import annotations
 
-import importlib
-import sys
 import time
 import uuid
 from collections import Counter
@@ -17,10 +15,6 @@ from bcer.engine.executor import RunContext, drive, run_case_workflow, run_case_
 from bcer.engine.trace import TraceWriter, read_events
 from bcer.tools.io import read_nifti, write_nifti
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-importlib.import_module("tests.engine._exec_tools")
 
 pytestmark = pytest.mark.timeout(120)
 

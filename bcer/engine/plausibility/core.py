@@ -84,11 +84,20 @@ class Unavailable(Exception):
     """A check's input is missing or unreadable (the check fails, naming it)."""
 
 
-class FileCache:
-    """Deliverables and sequences read once per case, shared by its checks."""
+SequenceSource = Callable[[str], Any]
+"""Sequence key -> the artifact the case's tools received (or None: read the file)."""
 
-    def __init__(self) -> None:
+
+class FileCache:
+    """Deliverables and sequences read once per case, shared by its checks.
+
+    ``loaded`` gives the input sequences already in memory (the engine's object store): the
+    checks then judge the very arrays the tools saw, without decoding the files again.
+    """
+
+    def __init__(self, loaded: SequenceSource | None = None) -> None:
         self._items: dict[tuple[str, str], Any] = {}
+        self.loaded = loaded
 
     def get(self, key: tuple[str, str], load: Callable[[], Any]) -> Any:
         if key not in self._items:
@@ -154,7 +163,7 @@ class Inputs:
         if key is None:
             raise Unavailable(f"case has none of the sequences {names}; has {sorted(self.case.sequences)}")
         ref = self.case.sequences[key]
-        return self.cache.get(("seq", key), lambda: _read_sequence(ref))
+        return self.cache.get(("seq", key), lambda: _loaded_sequence(self.cache.loaded, key) or _read_sequence(ref))
 
 
 def find_sequence(case: Case, names: list[str]) -> str | None:
@@ -184,6 +193,13 @@ def _read_json(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise Unavailable(f"{path.name} is not a JSON object")
     return data
+
+
+def _loaded_sequence(loaded: SequenceSource | None, key: str) -> Volume | None:
+    art = loaded(key) if loaded is not None else None
+    if art is None:
+        return None
+    return Volume(np.asarray(art.data), np.asarray(art.affine, dtype=np.float64))
 
 
 def _read_sequence(ref: Any) -> Volume:
@@ -284,16 +300,18 @@ def run_check(spec: PlausibilityCheck, case: Case, case_dir: Path, files: dict[s
 
 
 def run_checks(contract: TaskContract, case: Case, case_dir: str | Path,
-               validations: dict[str, tuple[bool, str]] | None = None) -> list[CheckResult]:
+               validations: dict[str, tuple[bool, str]] | None = None,
+               loaded: SequenceSource | None = None) -> list[CheckResult]:
     """Every plausibility check of ``contract`` over the case's written deliverables.
 
     Args:
         validations: the contract validators' verdict per deliverable; a check whose
             deliverables did not validate is not run (``ok`` None, says which).
+        loaded: input sequences already in memory, by key (else each is read from its file).
     """
     case_dir = Path(case_dir)
     files = {d.name: case_dir / d.file for d in contract.deliverables}
-    cache, out = FileCache(), []
+    cache, out = FileCache(loaded), []
     for spec in contract.plausibility:
         needed = [spec.deliverable, *spec.uses.values()]
         invalid = [n for n in needed if validations is not None and not validations.get(n, (False, ""))[0]]
