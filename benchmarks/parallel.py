@@ -41,6 +41,20 @@ log = logging.getLogger("bench.parallel")
 RESULT = Path(__file__).parent / "results" / "parallel.json"
 
 
+def _workers_cpu_s() -> float:
+    """CPU seconds so far of every process below this one (the local Ray cluster's)."""
+    import psutil
+
+    total = 0.0
+    for p in psutil.Process().children(recursive=True):
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:  # exited between the listing and the read
+            pass
+    return total
+
+
 def _value(token: str, case: Case, seqs: dict[str, Any], outputs: dict[str, dict[str, Any]]) -> Any:
     scope, name, *rest = token[1:].split(".")
     if scope == "seq":
@@ -98,10 +112,11 @@ def main() -> None:
     cases = {t: synth_task_cases(t, args.cases, work / "data" / t, args.size) for t in ids}
     synth_s = time.time() - t0
 
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
     seq_rows = {t: [run_sequential_case(c, load_contract(t), work / "sequential" / t) for c in cs]
                 for t, cs in cases.items()}
     seq_s = time.time() - t0
+    seq_cpu_s = time.process_time() - c0  # all threads of this one process (ITK registers with 2)
 
     import ray
 
@@ -109,14 +124,16 @@ def main() -> None:
     ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, log_to_driver=False,
              configure_logging=False, _temp_dir=tempfile.mkdtemp(prefix="bcer_ray_"))
     ray_start_s = time.time() - t0
-    t0 = time.time()
+    t0, c0, w0 = time.time(), time.process_time(), _workers_cpu_s()
     par = run_task_cases(cases, work / "parallel", max_in_flight=args.max_in_flight, quality=False)
     par_s = time.time() - t0
+    par_cpu_s = (time.process_time() - c0) + (_workers_cpu_s() - w0)
     # the same runs again on the now warm workers (tool modules imported, models cached): what a
     # long-lived cluster running cohort after cohort sees
-    t0 = time.time()
+    t0, c0, w0 = time.time(), time.process_time(), _workers_cpu_s()
     run_task_cases(cases, work / "parallel_warm", max_in_flight=args.max_in_flight, quality=False)
     warm_s = time.time() - t0
+    warm_cpu_s = (time.process_time() - c0) + (_workers_cpu_s() - w0)
     ray.shutdown()
 
     n = sum(len(cs) for cs in cases.values())
@@ -128,6 +145,12 @@ def main() -> None:
         "speedup": round(seq_s / par_s, 3) if par_s else None,
         "speedup_incl_ray_start": round(seq_s / (par_s + ray_start_s), 3),
         "parallel_warm_s": round(warm_s, 2), "speedup_warm": round(seq_s / warm_s, 3) if warm_s else None,
+        # CPU seconds of each arm (parallel: driver + every process Ray started) and the speed-up
+        # the CPU work alone allows on --cpus cores: seq wall / (parallel CPU / cpus)
+        "sequential_cpu_s": round(seq_cpu_s, 1), "parallel_cpu_s": round(par_cpu_s, 1),
+        "parallel_warm_cpu_s": round(warm_cpu_s, 1),
+        "cpu_bound_speedup": round(seq_s / (par_cpu_s / args.cpus), 3),
+        "cpu_bound_speedup_warm": round(seq_s / (warm_cpu_s / args.cpus), 3),
         "load_average_1min": round(os.getloadavg()[0], 2), "uptime": os.popen("uptime").read().strip(),
         "command": "python benchmarks/parallel.py " + " ".join(__import__("sys").argv[1:]),
         "sr_sequential": {t: sum(r["sr"] for r in rows) / len(rows) for t, rows in seq_rows.items()},
@@ -143,6 +166,7 @@ def main() -> None:
     args.result.write_text(json.dumps(result, indent=2))
     print(json.dumps({k: result[k] for k in ("cases", "sequential_s", "parallel_s", "speedup",
                                              "speedup_incl_ray_start", "parallel_warm_s", "speedup_warm",
+                                             "cpu_bound_speedup", "cpu_bound_speedup_warm",
                                              "load_average_1min")}, indent=2))
     if args.out is None:
         shutil.rmtree(work, ignore_errors=True)
