@@ -120,3 +120,26 @@ def test_bench_reads_a_data_folder(bench, tmp_path) -> None:
         assert {r["case"] for r in report["cases"] if r["task"] == task} == \
             {r["case"] for r in first["cases"] if r["task"] == task}
     assert not (tmp_path / "data").exists()
+
+
+def test_rows_take_quality_scored_during_the_run_or_none_at_all(tmp_path, monkeypatch) -> None:
+    """Quality scored as each case finished is used as is; a case not scored yet is scored
+    now; ``scored=None`` (a speed benchmark) scores nothing."""
+    from types import SimpleNamespace
+
+    from bcer.bench import bench as b
+    from bcer.contracts import Case
+
+    calls: list[str] = []
+    monkeypatch.setattr(b, "case_quality", lambda case, case_dir, contract: calls.append(case.id) or {"dice": 0.5})
+    cases = [Case(id=i, root=str(tmp_path), sequences={}, ground_truth={"seg": "x"}) for i in ("a", "b")]
+    for c in cases:
+        (tmp_path / c.id).mkdir()
+        (tmp_path / c.id / "workflow.json").write_text("{}")
+    result = SimpleNamespace(out=tmp_path, rows=[{"case": "a", "status": "succeeded", "sr": 1},
+                                                 {"case": "b", "status": "succeeded", "sr": 1}])
+    contract = load_contract("segment_brain")
+    rows = b._task_rows("segment_brain", cases, result, contract, {"a": {"dice": 0.9}})
+    assert [r["quality"] for r in rows] == [{"dice": 0.9}, {"dice": 0.5}] and calls == ["b"]
+    rows = b._task_rows("segment_brain", cases, result, contract, None)
+    assert [r["quality"] for r in rows] == [{}, {}] and calls == ["b"]
