@@ -284,20 +284,24 @@ class _Runner:
 
     # ---- admission and planning ---------------------------------------------------------------
     def _admit(self) -> None:
-        planned: list[tuple] = []
+        known: list[tuple[float, tuple]] = []
         for job in self.jobs:
             while job.todo and job.active < job.cap:
                 case = job.todo.popleft()
                 job.active += 1
                 ready = self._admit_case(job, case)
-                if ready is not None:
-                    planned.append(ready)
+                if ready is None:
+                    continue
+                cost = critical_path_s(ready[4][1])
+                if cost > 0:
+                    known.append((cost, ready))
+                else:  # no tool of it seen yet: nothing to order by, so its tasks start at once,
+                    self._start_or_reject(*ready)  # running while the next cases are planned
         # Longest expected case first (LPT): Ray dispatches queued tasks in submission order, so
-        # cases whose chains this driver knows to be long get the CPUs first and short ones fill
-        # the gaps. A stable sort: while no tool has been seen, the given order stands.
-        planned.sort(key=lambda p: -critical_path_s(p[4][1]))
-        for job, case, trace, t0, plan in planned:
-            self._start_or_reject(job, case, trace, t0, plan)
+        # the cases whose chains this driver knows to be long get the CPUs first and the short
+        # ones fill the gaps.
+        for _, ready in sorted(known, key=lambda k: -k[0]):
+            self._start_or_reject(*ready)
 
     def _start_or_reject(self, job: _Job, case: Case, trace: TraceWriter, t0: float, planned: tuple) -> None:
         try:
