@@ -1,5 +1,32 @@
 """Engine tests: the toy tools the executor tests plan with are registered here, once (the
-driver's registry; Ray workers import them by module name, as any user tool)."""
+driver's registry; Ray workers import them by module name, as any user tool), and the
+preamble of the tests that drive one ``CaseRun`` by hand."""
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
 import tests.engine._exec_tools  # noqa: F401  (registers xtoy.*)
+
+
+@pytest.fixture
+def case_run(ray_local) -> Callable[..., tuple[Any, Any, Any, Any]]:
+    """``make(plan, case, out, run_id, repairer=False) -> (run, loop, trace, ctx)``: a CaseRun of
+    the compiled ``plan`` (not started) writing to ``out/<case id>``, its event loop and trace."""
+    from bcer.engine.caserun import CaseRun
+    from bcer.engine.compiler import compile_plan
+    from bcer.engine.executor import RunContext
+    from bcer.engine.loop import EventLoop
+    from bcer.engine.trace import TraceWriter
+
+    def make(plan: Any, case: Any, out: Path, run_id: str, repairer: Any = False) -> tuple[Any, Any, Any, Any]:
+        ctx = RunContext(run_id=run_id, output_dir=Path(out) / case.id)
+        loop = EventLoop()
+        trace = TraceWriter(ctx.output_dir, ctx.run_id, case.id)
+        run = CaseRun(compile_plan(plan, case), case, ctx, None, repairer, [], trace, loop,
+                      dict(ray_local.cluster_resources()))
+        return run, loop, trace, ctx
+
+    return make

@@ -14,7 +14,7 @@ import pytest
 from bcer.contracts import PlanSketch
 from bcer.engine.compiler import compile_plan
 from bcer.engine.executor import RunContext, drive, run_case_workflow, run_case_workflows
-from bcer.engine.trace import TraceWriter, read_events
+from bcer.engine.trace import read_events
 from bcer.tools.io import read_nifti
 
 from tests.engine.test_wholedag import branchy, make_case, tallies  # noqa: E402
@@ -37,19 +37,13 @@ def _norm(evs: list) -> list[tuple]:
     return [(e.kind, e.node, e.tool, e.attempt, e.error_code) for e in evs]
 
 
-def test_chains_are_segments_and_branches_stay_separate(ray_local, tmp_path):
+def test_chains_are_segments_and_branches_stay_separate(case_run, tmp_path):
     """branchy: a -> {b -> c -> d, e}: a has two children and e is a leaf, so b..d is the one
     segment; the DAG is still handed to Ray at once (one load, a, the segment, e)."""
     from bcer.actors.reflector import Reflector
-    from bcer.engine.caserun import CaseRun
-    from bcer.engine.loop import EventLoop
 
     case = make_case(tmp_path / "in")
-    ctx = RunContext(run_id="seg-" + uuid.uuid4().hex[:6], output_dir=tmp_path / "out" / case.id)
-    loop = EventLoop()
-    trace = TraceWriter(ctx.output_dir, ctx.run_id, case.id)
-    run = CaseRun(compile_plan(branchy(), case), case, ctx, None, Reflector(), [], trace, loop,
-                  dict(ray_local.cluster_resources()))
+    run, loop, trace, ctx = case_run(branchy(), case, tmp_path / "out", "seg-" + uuid.uuid4().hex[:6], Reflector())
     run.start(segments=True)
     assert run.status == {n: "running" for n in "abcde"}
     assert [[n for n, _ in s["nodes"]] for s in run.segments.values()] == [["b", "c", "d"]]
@@ -173,12 +167,10 @@ def test_a_time_limit_inside_a_segment_is_the_nodes_own(ray_local, tmp_path):
     assert out.node_status["m"] == "blocked"
 
 
-def test_a_fan_out_of_known_tiny_nodes_joins_its_parents_segment(ray_local, tmp_path):
+def test_a_fan_out_of_known_tiny_nodes_joins_its_parents_segment(case_run, tmp_path):
     """a -> {b, c, d}: separate tasks while the driver has not seen the tool run; one task once
     it has seen it run fast (three runs); still after one slow run, not once most recent runs are slow."""
     from bcer.engine import segments
-    from bcer.engine.caserun import CaseRun
-    from bcer.engine.loop import EventLoop
 
     case = make_case(tmp_path / "in", "ft")
     plan = PlanSketch(goal="t", steps=[{"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1"}}] + [
@@ -186,11 +178,7 @@ def test_a_fan_out_of_known_tiny_nodes_joins_its_parents_segment(ray_local, tmp_
         for i, k in enumerate("bcd")])
 
     def run(name: str) -> tuple[list, Any]:
-        ctx = RunContext(run_id=name, output_dir=tmp_path / name / case.id)
-        loop = EventLoop()
-        trace = TraceWriter(ctx.output_dir, ctx.run_id, case.id)
-        r = CaseRun(compile_plan(plan, case), case, ctx, None, False, [], trace, loop,
-                    dict(ray_local.cluster_resources()))
+        r, loop, trace, ctx = case_run(plan, case, tmp_path / name, name)
         r.start()
         segs = [[n for n, _ in s["nodes"]] for s in r.segments.values()]
         drive(loop, [r])
@@ -222,13 +210,11 @@ def test_a_fan_out_of_known_tiny_nodes_joins_its_parents_segment(ray_local, tmp_
     assert third == []
 
 
-def test_a_slow_node_never_joins_once_the_segment_branches(ray_local, tmp_path):
+def test_a_slow_node_never_joins_once_the_segment_branches(case_run, tmp_path):
     """a -> {b, c}, b -> b2, with xtoy.step known tiny and xtoy.tally unknown: b joins a (tiny),
     c does not (unknown, a sibling), and b2 neither, though b's only child: c's consumers would
     wait for it. Only the segment [a, b]."""
     from bcer.engine import segments
-    from bcer.engine.caserun import CaseRun
-    from bcer.engine.loop import EventLoop
 
     for _ in range(3):
         segments.observe("xtoy.step", "1.0", 0.0002)
@@ -239,10 +225,7 @@ def test_a_slow_node_never_joins_once_the_segment_branches(ray_local, tmp_path):
         {"id": "b", "tool": "xtoy.step", "args": {"img": "@node.a.image"}},
         {"id": "c", "tool": "xtoy.tally", "args": {"img": "@node.a.image", "tag": "c", "scratch_dir": scratch}},
         {"id": "b2", "tool": "xtoy.tally", "args": {"img": "@node.b.image", "tag": "b2", "scratch_dir": scratch}}])
-    ctx = RunContext(run_id="sb", output_dir=tmp_path / "o" / case.id)
-    loop = EventLoop()
-    trace = TraceWriter(ctx.output_dir, ctx.run_id, case.id)
-    run = CaseRun(compile_plan(plan, case), case, ctx, None, False, [], trace, loop, dict(ray_local.cluster_resources()))
+    run, loop, trace, ctx = case_run(plan, case, tmp_path / "o", "sb")
     run.start()
     assert [[n for n, _ in s["nodes"]] for s in run.segments.values()] == [["a", "b"]]
     drive(loop, [run])

@@ -12,7 +12,7 @@ import pytest
 from bcer.contracts import Case, Image, PlanSketch, SequenceRef
 from bcer.engine.compiler import compile_plan
 from bcer.engine.executor import RunContext, drive, run_case_workflow, run_case_workflows
-from bcer.engine.trace import TraceWriter, read_events
+from bcer.engine.trace import read_events
 from bcer.tools.io import read_nifti, write_nifti
 
 
@@ -41,17 +41,11 @@ def tallies(case_dir: Path) -> Counter:
     return Counter((case_dir / "tally.log").read_text().split())
 
 
-def test_whole_dag_is_submitted_at_once(ray_local, tmp_path):
+def test_whole_dag_is_submitted_at_once(case_run, tmp_path):
     from bcer.actors.reflector import Reflector
-    from bcer.engine.caserun import CaseRun
-    from bcer.engine.loop import EventLoop
 
     case = make_case(tmp_path / "in")
-    wf = compile_plan(branchy(), case)
-    ctx = RunContext(run_id="dag-" + uuid.uuid4().hex[:6], output_dir=tmp_path / "out" / case.id)
-    loop = EventLoop()
-    trace = TraceWriter(ctx.output_dir, ctx.run_id, case.id)
-    run = CaseRun(wf, case, ctx, None, Reflector(), [], trace, loop, dict(ray_local.cluster_resources()))
+    run, loop, trace, ctx = case_run(branchy(), case, tmp_path / "out", "dag-" + uuid.uuid4().hex[:6], Reflector())
     run.start(segments=False)  # one task per node (segments: tests/engine/test_segments.py)
     # before any result is seen, every node is already in Ray: one meta per node + one load
     assert run.status == {n: "running" for n in "abcde"}
