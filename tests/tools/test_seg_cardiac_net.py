@@ -109,7 +109,7 @@ def test_merge_hybrid_takes_the_classical_lv_and_the_network_walls() -> None:
 def test_detached_slices_drop_an_atrium_beyond_an_empty_base() -> None:
     """In systole the base leaves its slice; blood beyond that gap is not ventricle, while an
     apex that only tapers is kept."""
-    from bcer.tools.seg.cardiac import _detached_slices
+    from bcer.tools.seg.cardiac_classical import _detached_slices
 
     lv = np.zeros((20, 20, 8), bool)
     for k, r in zip(range(1, 6), (2, 4, 5, 6, 6)):
