@@ -42,6 +42,7 @@ from typing import Any, Callable, Iterable
 from ..contracts import Case, TaskContract, load_contract
 from ..tools.io import write_json
 from . import faults as F
+from . import hangs as H
 from .arms import ARM_DOCS, resolve_arms, run_engine, run_react
 from .compare import lineage, plan_only_difference, present_deliverables, wrong_deliverables
 from .react import ArmOutcome, Memo
@@ -193,7 +194,7 @@ class Runner:
     """Runs jobs in every arm and turns outcomes into rows (thread-safe row list)."""
 
     def __init__(self, out: Path, arms: list[str], planner: Any, seed: int, timeout_s: float,
-                 switch: F.HangSwitch, on_row: Callable[[dict], None] | None = None):
+                 switch: H.HangSwitch, on_row: Callable[[dict], None] | None = None):
         self.out, self.arms, self.planner, self.seed, self.timeout_s = out, arms, planner, seed, timeout_s
         self.switch, self.on_row = switch, on_row
         self.rows: list[dict[str, Any]] = []
@@ -301,7 +302,7 @@ def run_ablation(tasks: str | Iterable[str] = "all", arms: str | Iterable[str] =
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     planner = planner or OfflineBrain()
-    switch = F.HangSwitch(out / "hangs")
+    switch = H.HangSwitch(out / "hangs")
     cases = {t: _cases_for(t, n_cases, out, size, Path(data) if data else None, seed) for t in task_ids}
     jobs: list[Job] = []
     for t in task_ids:
@@ -392,14 +393,14 @@ def _run_react_arms(runner: Runner, arms: list[str], jobs: list[Job], memos: dic
                 runner.run(arm, job, contract, memos[key])
 
 
-def _ensure_ray(address: str | None, switch: F.HangSwitch) -> dict:
+def _ensure_ray(address: str | None, switch: H.HangSwitch) -> dict:
     import ray
 
     from ..engine.cluster import ensure_ray
 
     if not ray.is_initialized():  # workers must install the hang switch (the timeout fault)
         kwargs: dict[str, Any] = {"log_to_driver": False, "configure_logging": False,
-                                  "runtime_env": F.ray_runtime_env(switch)}
+                                  "runtime_env": H.ray_runtime_env(switch)}
         if address is None and not os.environ.get("RAY_ADDRESS"):
             import tempfile
 

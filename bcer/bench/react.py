@@ -43,7 +43,7 @@ from ..contracts import Case, ErrorCode, PlanSketch, PlanStep, TaskContract, Too
 from ..contracts.errors import did_you_mean
 from ..engine.digest import artifact_digest, canonical_json
 from ..engine.trace import TraceWriter
-from . import faults as F
+from . import hangs as H
 
 log = logging.getLogger(__name__)
 
@@ -357,8 +357,8 @@ class ScriptedReAct:
 
         def work() -> None:
             try:
-                if F.should_hang(self.case.id, step.id, self.hang_file):
-                    F.hang(cancel)
+                if H.should_hang(self.case.id, step.id, self.hang_file):
+                    H.hang(cancel)
                     if cancel.is_set():
                         return
                 key = None

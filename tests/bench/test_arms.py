@@ -10,6 +10,7 @@ import pytest
 
 from bcer.actors.brain import OfflineBrain
 from bcer.bench import faults as F
+from bcer.bench import hangs as H
 from bcer.bench.ablation import CLEAN, Runner, compare_rows, prepare_jobs
 from bcer.bench.arms import run_engine, run_react
 from bcer.bench.cases import synth_task_cases
@@ -33,7 +34,7 @@ def _rows(out: Path, task: str, faults: list[str], arms: list[str], n: int = 2):
         jobs = [j for j in jobs if j.fault != "scope_violation"] + \
                [j for j in prepare_jobs(task, cases, load_contract(task), ["scope_violation"], OfflineBrain(),
                                         out, 0) if j.case.id == cases[0].id and j.fault == "scope_violation"]
-    runner = Runner(out, arms, OfflineBrain(), 0, 60.0, F.HangSwitch(out / "h"))
+    runner = Runner(out, arms, OfflineBrain(), 0, 60.0, H.HangSwitch(out / "h"))
     memo = Memo()
     for arm in arms:
         for job in jobs:

@@ -11,6 +11,7 @@ import pytest
 
 from bcer.actors.brain import OfflineBrain
 from bcer.bench import faults as F
+from bcer.bench import hangs as H
 from bcer.bench.cases import synth_task_cases
 from bcer.contracts import ErrorCode, ToolError, load_contract
 from bcer.engine.binder import resolved_ref, sequence_key
@@ -114,11 +115,11 @@ def test_data_faults_corrupt_a_copy(cases, tmp_path):
 
 
 def test_hang_switch_hangs_exactly_once(tmp_path):
-    sw = F.HangSwitch(tmp_path / "h")
-    assert not F.should_hang("c1", "seg", sw.file)
+    sw = H.HangSwitch(tmp_path / "h")
+    assert not H.should_hang("c1", "seg", sw.file)
     sw.arm("c1", "seg")
-    assert F.should_hang("c1", "seg", sw.file)
-    assert not F.should_hang("c1", "seg", sw.file) and not F.should_hang("c2", "seg", sw.file)
+    assert H.should_hang("c1", "seg", sw.file)
+    assert not H.should_hang("c1", "seg", sw.file) and not H.should_hang("c2", "seg", sw.file)
 
 
 def test_resolve_and_typo():
