@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from . import cli_options as O
+from . import cli_views as V
 from .contracts import ToolError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -21,7 +21,7 @@ data_app = typer.Typer(no_args_is_help=True, help="Synthesise phantom cohorts an
 app.add_typer(data_app, name="data")
 memory_app = typer.Typer(no_args_is_help=True, help="The R4 exemplar memory: stats, add, search, export.")
 app.add_typer(memory_app, name="memory")
-console = Console()
+console = V.console  # one console: tests set its width through bcer.cli
 
 
 def _fail(err: Exception) -> None:
@@ -128,13 +128,13 @@ def plan(case: Path = typer.Option(..., "--case", help="case folder (or dataset 
                                                 bundles=_bundles(bundle), model_dirs=_dirs(model_dir), seq=_seq(seq),
                                                 planner=planner, llm=llm, llm_record=llm_record, events=events)
     except (ToolError, FileNotFoundError) as e:
-        _print_planning(events)
+        V.print_planning(events)
         _fail(e)
     if as_json:
         typer.echo(json.dumps({"sketch": sketch.model_dump(mode="json"), "workflow": workflow.model_dump(mode="json"),
                                "revisions": revisions, "planning_events": events}, indent=2, default=str))
         return
-    _print_planning(events)
+    V.print_planning(events)
     console.print_json(sketch.model_dump_json())
     if _narrow(120):
         console.print(f"workflow for {workflow.case_id} ({len(workflow.nodes)} nodes, {revisions} revisions)")
@@ -160,17 +160,6 @@ def plan(case: Path = typer.Option(..., "--case", help="case folder (or dataset 
         console.print(f"deliverable [bold]{d.name}[/] ← @node.{d.node}.{d.field} → {d.file}")
 
 
-def _print_planning(events: list[dict]) -> None:
-    """llm: one line per planning event (LLM calls with tokens and latency, verdicts, fallbacks)."""
-    from rich.markup import escape
-
-    for e in events:
-        d = e.get("data") or {}
-        tokens = (f" {d.get('prompt_tokens')}+{d.get('completion_tokens')} tokens {d.get('latency_s')} s"
-                  if "latency_s" in d else "")
-        colour = {"plan_rejected": "red", "plan_accepted": "green", "plan_fallback": "yellow"}.get(e["kind"], "dim")
-        console.print(f"[{colour}]{e['kind']}[/] {escape(str(e.get('message', '')))}{tokens}")
-
 
 def _progress_run(study) -> "object":
     cases = study.cases()
@@ -189,13 +178,6 @@ def _progress_run(study) -> "object":
         study.data = cases
         return study.run(on_case_done=done)
 
-
-def _print_summary(result) -> None:
-    s = result.summary()
-    console.print(f"[bold]{s['succeeded']}/{s['cases']}[/] cases succeeded "
-                  f"(SR delivered {100 * s['sr_delivered']:.0f}%, SR plausible {100 * s['sr']:.0f}%, "
-                  f"TCR {100 * s['tcr']:.0f}%, implausible {s['implausible']}, resumed {s['resumed']}); "
-                  f"outputs in {result.out}")
 
 
 @app.command()
@@ -272,7 +254,7 @@ def cohort(data: Path = typer.Option(..., "--data", help="dataset folder"),
     if as_json:
         typer.echo(json.dumps({"summary": result.summary(), "rows": result.rows}, indent=2, default=str))
     else:
-        _print_summary(result)
+        V.print_summary(result)
     if report:
         _pages(result.out)
 
@@ -378,7 +360,7 @@ def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
     if as_json:
         typer.echo(json.dumps({k: result[k] for k in ("config", "tasks", "total_wall_s")}, indent=2, default=str))
     else:
-        _print_bench(result)
+        V.print_bench(result)
     if report:
         _pages(out)
 
@@ -408,60 +390,8 @@ def _ablation(tasks: str, arms: str, faults: str, cases: int, out: Path, address
             report = run_ablation(ids, arm_ids, fault_ids, cases, out, size=size, seed=seed, timeout_s=timeout,
                                   max_in_flight=max_in_flight, address=address, data=data, planner=ctl.planner,
                                   on_row=lambda row: bar.advance(job))
-    _print_ablation(report)
+    V.print_ablation(report)
 
-
-def _print_ablation(report: dict) -> None:
-    faults = report["config"]["faults"]
-    t = Table(title="controller ablation: ERR (recoverable) / safe-halt (unrecoverable), wrong-deliverable rate; "
-                    f"{report['config']['n_cases']} case(s) per task, over {len(report['config']['tasks'])} task(s)")
-    t.add_column("arm")
-    for f in faults:
-        t.add_column(f)
-    t.add_column("all")
-    cells = {(c["arm"], c["fault"]): c for c in report["by_arm_fault"]}
-    for arm in report["config"]["arms"]:
-        row = []
-        for f in faults:
-            c = cells[(arm, f)]
-            rate = c.get("err", c.get("safe_halt"))
-            row.append("n/a" if rate is None else f"{100 * rate:.0f}% · {100 * c['wrong_rate']:.0f}% (n={c['n']})")
-        a = report["by_arm"][arm]
-        row.append(f"ERR {_pct(a['err'])} · halt {_pct(a['safe_halt'])} · wrong {a['wrong_deliverables']}")
-        t.add_row(arm, *row)
-    console.print(t)
-    console.print(f"rows: {len(report['rows'])}; wall {report['timing']['total_s']} s; details in ablation.json")
-
-
-def _pct(x: Optional[float]) -> str:
-    return "-" if x is None else f"{100 * x:.0f}%"
-
-
-def _print_bench(report: dict) -> None:
-    for task, s in report["tasks"].items():
-        t = Table(title=f"{task} ({s['chain']}): {s['cases']} cases, SR (delivered) "
-                        f"{100 * s.get('sr_delivered', s['sr']):.0f}%, SR (plausible) {100 * s['sr']:.0f}%, "
-                        f"TCR {100 * s['tcr']:.0f}%, median {s['median_case_s']} s/case")
-        for col in ("metric", "mean", "n", "threshold", "met"):
-            t.add_column(col)
-        for name, q in s["quality"].items():
-            goal = "" if q["threshold"] is None else ("≥ " if q["higher_is_better"] else "≤ ") + f"{q['threshold']:g}"
-            met = {True: "[green]yes[/]", False: "[red]no[/]", None: ""}[q["met"]]
-            t.add_row(name, "" if q["mean"] is None else f"{q['mean']:.4g}", str(q["n"]), goal, met)
-        console.print(t)
-        for f in s["failures"]:
-            console.print(f"  [red]✗[/] {f['case']}: {f['status']} {f['error_code']}: {f['error_message']}")
-    t = Table(title=f"bench summary ({report.get('config', {}).get('family') or 'given data'} family)")
-    for col in ("task", "cases", "SR (delivered)", "SR (plausible)", "TCR", "quality (mean; ✓ threshold met)",
-                "median s/case"):
-        t.add_column(col)
-    for task, s in report["tasks"].items():
-        qual = ", ".join(f"{k}={_fmt_quality(q)}" for k, q in s["quality"].items())
-        t.add_row(task, str(s["cases"]), f"{100 * s.get('sr_delivered', s['sr']):.0f}%", f"{100 * s['sr']:.0f}%",
-                  f"{100 * s['tcr']:.0f}%", qual, str(s["median_case_s"]))
-    console.print(t)
-    console.print(f"total wall time {report['total_wall_s']:.1f} s (synthesis {report['synth_s']:.1f} s, "
-                  f"runs {report['run_s']:.1f} s)")
 
 
 @app.command()
@@ -483,10 +413,6 @@ def demo(out: Path = typer.Option(Path("demo_out"), help="output folder"),
           family="base")
     console.print(f"inspect a case: [bold]bcer trace {out}/runs/<task>/<case>[/]  ·  tables: {out}/runs/<task>/cohort.parquet")
 
-
-def _fmt_quality(q: dict) -> str:
-    value = "-" if q["mean"] is None else f"{q['mean']:.3g}"
-    return value + {True: " ✓", False: " ✗", None: ""}[q["met"]]
 
 
 def _pages(out: Path, **kwargs) -> None:
@@ -565,16 +491,13 @@ def data_inspect(root: Path = typer.Argument(...), layout: O.Layout = None,
     for col in ("case", "domain", "sequences", "metadata", "ground truth"):
         t.add_column(col)
     for c in info:
-        seqs = "\n".join(f"{k}: {v.get('shape')} @ {_fmt_sp(v.get('spacing'))} {v.get('orientation', '')}"
+        seqs = "\n".join(f"{k}: {v.get('shape')} @ {V.fmt_spacing(v.get('spacing'))} {v.get('orientation', '')}"
                          for k, v in c.get("sequences", {}).items())
         t.add_row(c.get("case", ""), c.get("domain", ""), seqs,
                   ", ".join(f"{k}={v}" for k, v in c.get("metadata", {}).items())[:80],
                   ", ".join(c.get("ground_truth", []) or []))
     console.print(t)
 
-
-def _fmt_sp(sp) -> str:
-    return "x".join(f"{v:.2f}" for v in sp) if sp else "?"
 
 
 def _open_memory(path: Path, readonly: bool, embedder: str):

@@ -85,7 +85,7 @@ def test_data_synth_inspect_plan_run_trace(ray_local, tmp_path):
 
 
 def test_bench_tables_show_sr_delivered_and_plausible_side_by_side():
-    from bcer.cli import _print_bench, console
+    from bcer.cli_views import console, print_bench
 
     summary = {"chain": "long", "cases": 4, "sr": 0.5, "sr_delivered": 1.0, "tcr": 1.0, "median_case_s": 2.0,
                "quality": {}, "failures": [{"case": "c1", "status": "implausible", "error_code": "value_range",
@@ -94,7 +94,7 @@ def test_bench_tables_show_sr_delivered_and_plausible_side_by_side():
     width, console.width = console.width, 200  # no wrapping inside cells
     try:
         with console.capture() as cap:
-            _print_bench(report)
+            print_bench(report)
     finally:
         console.width = width
     out = cap.get()
