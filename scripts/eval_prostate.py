@@ -11,6 +11,11 @@ Tune ONLY on ``--family randomised``. ``heldout`` is for the final measurement
 Usage::
 
     OMP_NUM_THREADS=1 python scripts/eval_prostate.py --family randomised --cases 12 [--seed0 0] [--json OUT]
+
+``--bundle-dir DIR`` runs the chain as if DIR were the shipped ``prostate_unet3d`` (``method=auto``
+with its classical fallback, exactly as ``seg.prostate`` runs the shipped bundle): candidate
+weights are compared with the shipped ones on the same cases before they replace them.
+Case ``k`` (seed ``k``) is the same phantom whatever ``--seed0``: a long run can be split in parts.
 """
 from __future__ import annotations
 
@@ -97,16 +102,25 @@ def main() -> None:
     ap.add_argument("--stages", default="all", choices=("seg", "reg", "detect", "all"))
     ap.add_argument("--json", default=None)
     ap.add_argument("--borderline", action="store_true", help="every third case has a borderline lesion (as the bench)")
+    ap.add_argument("--bundle-dir", default=None, help="use this prostate_unet3d folder in place of the shipped one")
     args = ap.parse_args()
+    if args.bundle_dir:
+        from pathlib import Path
+
+        from bcer.tools.seg import prostate_net
+
+        candidate = Path(args.bundle_dir).resolve()
+        prostate_net.shipped_prostate_bundle = lambda: candidate  # seg.prostate looks it up per call
     rows = []
-    for i in range(args.cases):
-        ph = make_prostate(f"{args.family[:2]}{i:03d}", args.seed0 + i, args.size, n_lesions=(1, 2, 0)[i % 3],
-                           family=args.family, borderline=args.borderline and i % 3 == 1)
+    for k in range(args.seed0, args.seed0 + args.cases):  # the case, its seed and lesion pattern: one index
+        ph = make_prostate(f"{args.family[:2]}{k:03d}", k, args.size, n_lesions=(1, 2, 0)[k % 3],
+                           family=args.family, borderline=args.borderline and k % 3 == 1)
         row = run_case(ph, args.stages)
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "ious"} | ({"ious": [round(x, 2) for x in row["ious"]]}
                                                                         if "ious" in row else {})), flush=True)
-    summary: dict[str, Any] = {"family": args.family, "cases": len(rows), "size": args.size}
+    summary: dict[str, Any] = {"family": args.family, "cases": len(rows), "size": args.size, "seed0": args.seed0,
+                               "bundle_dir": args.bundle_dir or "shipped"}
     if args.stages in ("seg", "all"):
         summary.update(dice_mean=float(np.mean([r["dice"] for r in rows])),
                        dice_min=float(np.min([r["dice"] for r in rows])))

@@ -262,7 +262,7 @@ def _shipped(t2w: Image, p: ProstateParams, device: str) -> tuple[np.ndarray, di
         return zones, dict(meta, fallback=f"{type(e).__name__}: {e}")
 
 
-@tool("seg.prostate", version="1.2", milestone="segmentation",
+@tool("seg.prostate", version="1.3", milestone="segmentation",
       resources={"num_cpus": 1, "memory_mb": 2048}, gpu="optional")
 def prostate(t2w: Image, params: ProstateParams, adc: Image | None = None, device: str = "cpu") -> ProstateSeg:
     """Prostate gland and zones (1 PZ, 2 TZ) on the T2w grid.
