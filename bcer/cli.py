@@ -68,7 +68,7 @@ def tools(as_json: bool = typer.Option(False, "--json", help="print ToolSpecs as
     if as_json:
         typer.echo(json.dumps([s.model_dump(mode="json") for s in specs], indent=2))
         return
-    if _narrow(140):  # piped or a small terminal: one block per tool instead of a squeezed table
+    if V.narrow(140):  # piped or a small terminal: one block per tool instead of a squeezed table
         for s in specs:
             # soft wrap: a long line is left to the terminal, so no continuation line starts at column 0
             console.print(f"[bold]{s.name}[/] [dim]v{s.version}[/] — {s.description}", soft_wrap=True)
@@ -76,7 +76,7 @@ def tools(as_json: bool = typer.Option(False, "--json", help="print ToolSpecs as
                                                 for p in s.inputs), soft_wrap=True)
             console.print("  out: " + ", ".join(f"{p.name}: {p.kind.value}" for p in s.outputs), soft_wrap=True)
             for k, v in s.params_schema.get("properties", {}).items():
-                console.print(f"  param {_param_line(k, v)}", soft_wrap=True)
+                console.print(f"  param {V.param_line(k, v)}", soft_wrap=True)
             console.print(f"  cpu={s.resources.num_cpus:g} gpu={s.resources.num_gpus:g} mem={s.resources.memory_mb}MB "
                           f"gpu-path={s.gpu} milestone={s.milestone or '-'}", soft_wrap=True)
         console.print(f"{len(specs)} tools")
@@ -89,22 +89,10 @@ def tools(as_json: bool = typer.Option(False, "--json", help="print ToolSpecs as
         t.add_row(f"{s.name}\n[dim]{s.description}[/]",
                   "\n".join(f"{p.name}: {p.kind.value}{'' if p.required else '?'}" for p in s.inputs),
                   "\n".join(f"{p.name}: {p.kind.value}" for p in s.outputs),
-                  "\n".join(_param_line(k, v) for k, v in s.params_schema.get("properties", {}).items()),
+                  "\n".join(V.param_line(k, v) for k, v in s.params_schema.get("properties", {}).items()),
                   f"cpu={s.resources.num_cpus:g} gpu={s.resources.num_gpus:g} mem={s.resources.memory_mb}MB",
                   s.gpu, s.milestone or "")
     console.print(t)
-
-
-def _narrow(need: int) -> bool:
-    """True when output is piped or the terminal is narrower than ``need`` columns."""
-    return not console.is_terminal or console.width < need
-
-
-def _param_line(name: str, schema: dict) -> str:
-    bounds = [f"{k[:3]} {schema[k]}" for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
-              if k in schema]
-    default = schema.get("default", "required")
-    return f"{name}={default!r}" + (f" [{', '.join(bounds)}]" if bounds else "")
 
 
 @app.command()
@@ -136,7 +124,7 @@ def plan(case: Path = typer.Option(..., "--case", help="case folder (or dataset 
         return
     V.print_planning(events)
     console.print_json(sketch.model_dump_json())
-    if _narrow(120):
+    if V.narrow(120):
         console.print(f"workflow for {workflow.case_id} ({len(workflow.nodes)} nodes, {revisions} revisions)")
         for n in workflow.nodes:
             console.print(f"[bold]{n.id}[/] {n.tool}{'' if n.required else ' (optional)'}"
@@ -292,7 +280,7 @@ def trace(case_dir: Path = typer.Argument(..., help="a case output folder (holds
     t = Table(title=f"{len(events)} events of {events[0].case if events else case_dir}")
     for col in ("t+s", "kind", "node", "tool"):
         t.add_column(col, no_wrap=True)
-    narrow = _narrow(120)
+    narrow = V.narrow(120)
     for col in ("attempt", "duration", "worker", "detail"):
         if narrow and col in ("worker", "attempt"):
             continue  # keep the columns that tell the story readable in 80 columns

@@ -92,5 +92,17 @@ def fmt_spacing(sp) -> str:
     return "x".join(f"{v:.2f}" for v in sp) if sp else "?"
 
 
-__all__ = ["console", "fmt_quality", "fmt_spacing", "pct", "print_ablation", "print_bench", "print_planning",
-           "print_summary"]
+def narrow(need: int) -> bool:
+    """True when output is piped or the terminal is narrower than ``need`` columns."""
+    return not console.is_terminal or console.width < need
+
+
+def param_line(name: str, schema: dict) -> str:
+    bounds = [f"{k[:3]} {schema[k]}" for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+              if k in schema]
+    default = schema.get("default", "required")
+    return f"{name}={default!r}" + (f" [{', '.join(bounds)}]" if bounds else "")
+
+
+__all__ = ["console", "fmt_quality", "fmt_spacing", "narrow", "param_line", "pct", "print_ablation", "print_bench",
+           "print_planning", "print_summary"]

@@ -347,9 +347,7 @@ def run_ablation(tasks: str | Iterable[str] = "all", arms: str | Iterable[str] =
                    "load_before": load_before, "cpus": os.cpu_count()},
         "arm_docs": {a: ARM_DOCS[a] for a in arm_ids},
         "fault_classes": {f: asdict(F.CATALOGUE[f]) for f in fault_ids},
-        "faults_injected": [{"task": j.task, "case": j.case.id, "fault": j.fault,
-                             "record": j.record.to_dict() if j.record else None, "not_applicable": j.not_applicable}
-                            for j in jobs if j.fault != CLEAN],
+        "faults_injected": _injected(jobs),
         **summarise(rows, arm_ids, task_ids, fault_ids),
         "rows": rows,
         "timing": {"prepare_s": round(prep_s, 1), "engine_s": round(engine_s, 1), "run_s": round(run_s, 1),
@@ -357,6 +355,12 @@ def run_ablation(tasks: str | Iterable[str] = "all", arms: str | Iterable[str] =
     }
     write_json(report, out / ABLATION_FILE)
     return report
+
+
+def _injected(jobs: list[Job]) -> list[dict[str, Any]]:
+    """What each faulted job's injection changed (or why it did not apply)."""
+    return [{"task": j.task, "case": j.case.id, "fault": j.fault, "record": j.record.to_dict() if j.record else None,
+             "not_applicable": j.not_applicable} for j in jobs if j.fault != CLEAN]
 
 
 def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:

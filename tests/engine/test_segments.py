@@ -17,7 +17,7 @@ from bcer.engine.executor import RunContext, drive, run_case_workflow, run_case_
 from bcer.engine.trace import read_events
 from bcer.tools.io import read_nifti
 
-from tests.engine.test_wholedag import branchy, make_case, tallies  # noqa: E402
+from tests.engine.test_wholedag import branchy, killed_and_clean, make_case, tallies  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -127,17 +127,7 @@ def test_segment_cache_hits_per_node_and_a_changed_node_reruns_alone(ray_local, 
 def test_a_segment_ray_gives_up_on_reruns_node_by_node(ray_local, tmp_path):
     """The segment's worker is SIGKILLed (no Ray retry allowed): its nodes rerun one task each
     and the deliverables equal a clean run's."""
-    case = make_case(tmp_path / "in", "sk")
-    plan = PlanSketch(goal="t", steps=[
-        {"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1"}},
-        {"id": "k", "tool": "xtoy.suicide", "args": {"img": "@node.a.image", "scratch_dir": "@runtime.output_dir"}},
-        {"id": "m", "tool": "xtoy.measure", "args": {"img": "@node.k.image"}}])
-    killed = RunContext(run_id="sk", output_dir=tmp_path / "k" / case.id, task_max_retries=0)
-    clean = RunContext(run_id="sc", output_dir=tmp_path / "c" / case.id)
-    clean.output_dir.mkdir(parents=True)
-    (clean.output_dir / "killed_once").write_text("pre-made: no kill in the clean run")
-    (out,) = run_case_workflows([(compile_plan(plan, case), case, killed)])
-    (ref,) = run_case_workflows([(compile_plan(plan, case), case, clean)])
+    out, ref, killed, clean = killed_and_clean(tmp_path, "sk")
     assert out.status == ref.status == "succeeded", (out.error, ref.error)
     evs = read_events(killed.output_dir / "events.jsonl")
     assert any(e.kind == "retried" and e.error_code == "worker_lost" and "segment" in e.message for e in evs)

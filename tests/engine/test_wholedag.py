@@ -41,6 +41,23 @@ def tallies(case_dir: Path) -> Counter:
     return Counter((case_dir / "tally.log").read_text().split())
 
 
+def killed_and_clean(tmp_path: Path, case_id: str, **run_kw) -> tuple:
+    """a -> k -> m where k SIGKILLs its worker once (no Ray retry allowed), and the same plan
+    run clean (k's sentinel pre-made): ``(killed outcome, clean outcome, killed ctx, clean ctx)``."""
+    case = make_case(tmp_path / "in", case_id)
+    plan = PlanSketch(goal="t", steps=[
+        {"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1"}},
+        {"id": "k", "tool": "xtoy.suicide", "args": {"img": "@node.a.image", "scratch_dir": "@runtime.output_dir"}},
+        {"id": "m", "tool": "xtoy.measure", "args": {"img": "@node.k.image"}}])
+    killed = RunContext(run_id=f"{case_id}-k", output_dir=tmp_path / "k" / case.id, task_max_retries=0)
+    clean = RunContext(run_id=f"{case_id}-c", output_dir=tmp_path / "c" / case.id)
+    clean.output_dir.mkdir(parents=True)
+    (clean.output_dir / "killed_once").write_text("pre-made: no kill in the clean run")
+    (out,) = run_case_workflows([(compile_plan(plan, case), case, killed)], **run_kw)
+    (ref,) = run_case_workflows([(compile_plan(plan, case), case, clean)], **run_kw)
+    return out, ref, killed, clean
+
+
 def test_whole_dag_is_submitted_at_once(case_run, tmp_path):
     from bcer.actors.reflector import Reflector
 
@@ -149,17 +166,7 @@ def test_a_fused_task_ray_gives_up_on_reruns_node_by_node(ray_local, tmp_path):
     and ends with the deliverables of a clean run."""
     import json
 
-    case = make_case(tmp_path / "in", "fk")
-    plan = PlanSketch(goal="t", steps=[
-        {"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1"}},
-        {"id": "k", "tool": "xtoy.suicide", "args": {"img": "@node.a.image", "scratch_dir": "@runtime.output_dir"}},
-        {"id": "m", "tool": "xtoy.measure", "args": {"img": "@node.k.image"}}])
-    killed = RunContext(run_id="fk", output_dir=tmp_path / "k" / case.id, task_max_retries=0)
-    clean = RunContext(run_id="fc", output_dir=tmp_path / "c" / case.id)
-    clean.output_dir.mkdir(parents=True)
-    (clean.output_dir / "killed_once").write_text("pre-made: no kill in the clean run")
-    (out,) = run_case_workflows([(compile_plan(plan, case), case, killed)], fuse=True)
-    (ref,) = run_case_workflows([(compile_plan(plan, case), case, clean)], fuse=True)
+    out, ref, killed, clean = killed_and_clean(tmp_path, "fk", fuse=True)
     assert out.status == ref.status == "succeeded", (out.error, ref.error)
     evs = read_events(killed.output_dir / "events.jsonl")
     assert any(e.kind == "retried" and e.error_code == "worker_lost" and "fused" in e.message for e in evs)
