@@ -13,6 +13,10 @@ Conventions (the same everywhere):
 - ``nrmse`` is plain: RMS error over RMS of the reference. ``nrmse_scaled`` is the
   reconstruction metric: magnitudes inside the object, after the least-squares gain
   (coil-combined images carry an arbitrary global scale).
+- ``frame_match`` judges a chosen cardiac phase (ED/ES frame) against the truth's volume
+  curve: exact, or within ``tolerance`` x the curve's maximum (0: only an exact tie in the
+  truth's own voxel count, which ``argmax`` resolves to the earlier frame for no physiological
+  reason).
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["box_iou", "box_volume", "dice", "nrmse", "nrmse_scaled", "object_mask", "psnr"]
+__all__ = ["box_iou", "box_volume", "dice", "frame_match", "nrmse", "nrmse_scaled", "object_mask", "psnr"]
 
 
 def dice(a: np.ndarray, b: np.ndarray) -> float:
@@ -55,6 +59,15 @@ def box_iou(a: Sequence[Sequence[float]] | Any, b: Sequence[Sequence[float]] | A
     inter = float(np.prod(np.clip(hi - lo, 0, None)))
     union = box_volume(a) + box_volume(b) - inter
     return inter / union if union > 0 else 0.0
+
+
+def frame_match(chosen: int, truth_frame: int, curve: Sequence[float], tolerance: float = 0.0) -> bool:
+    """True when ``chosen`` is ``truth_frame``, or its true volume ``curve[chosen]`` is within
+    ``tolerance`` x ``max(curve)`` of the truth frame's (``tolerance=0``: an exact tie)."""
+    if chosen == truth_frame:
+        return True
+    v = np.asarray(curve, np.float64)
+    return bool(abs(v[chosen] - v[truth_frame]) <= tolerance * float(v.max()))
 
 
 def nrmse(x: np.ndarray, ref: np.ndarray) -> float:

@@ -44,3 +44,12 @@ def test_nrmse_psnr_and_scaled():
     assert metrics.nrmse(cref, cref) == 0.0
     assert metrics.nrmse(1j * cref, cref) == pytest.approx(np.sqrt(2.0))
     assert metrics.nrmse(cref * 1.1, cref) == pytest.approx(0.1)
+
+
+def test_frame_match_exact_tie_and_tolerance():
+    curve = [100.0, 120.0, 120.0, 119.5, 60.0]  # frames 1 and 2 tie exactly; 3 is 0.42 % of max below
+    assert metrics.frame_match(1, 1, curve)
+    assert metrics.frame_match(2, 1, curve)  # an exact tie in the truth's count
+    assert not metrics.frame_match(3, 1, curve)  # 0.5 mL apart: not a tie
+    assert metrics.frame_match(3, 1, curve, tolerance=0.005)  # within 0.5 % of the maximum (0.6 mL)
+    assert not metrics.frame_match(0, 1, curve, tolerance=0.005)
