@@ -156,7 +156,7 @@ def test_bench_cases_through_the_plan(seed: int, n_lesions: int) -> None:
 
 
 def test_normal_level_ignores_a_lesion_filling_the_zone() -> None:
-    from bcer.tools.detect import _normal_level
+    from bcer.tools.detect_reference import _normal_level
 
     rng = np.random.default_rng(0)
     tz = np.r_[rng.normal(650, 20, 700), rng.normal(1200, 20, 300)]  # 70 % lesion
@@ -167,7 +167,7 @@ def test_normal_level_ignores_a_lesion_filling_the_zone() -> None:
 def test_noise_sd_from_neighbour_differences_ignores_structure() -> None:
     """A zone mask holding two tissue levels (a lesion, the other zone) has a wide spread of
     values, but its noise is what neighbour differences say."""
-    from bcer.tools.detect import _noise_sd
+    from bcer.tools.detect_reference import _noise_sd
 
     rng = np.random.default_rng(1)
     a = np.where(np.arange(30)[:, None, None] < 15, 1700.0, 1100.0) + rng.normal(0, 40, (30, 30, 8))
