@@ -30,7 +30,15 @@ evidence on both zones here, T2w sets each lesion's outline and its T2 ratio):
 3. Lesions: candidate components of at least ``min_volume_ml`` that reach into the gland,
    grown by one voxel (hysteresis), split when they hold two lesions of clearly different
    ADC (``_split_levels``), outlined on the raw ADC and DWI by the half-maximum rule and
-   kept only when that outline's own ADC is restricted (``_outline``).
+   kept only when that outline's own ADC is restricted (``_outline``); an outline never takes
+   the voxels of another lesion's component (two lesions side by side stay two).
+4. PZ reading (``pz_reading``): the band reads its voxels against the lower (TZ) level, which
+   hides a PZ lesion whose ADC is above the TZ's normal level when the band reaches it (next
+   to the TZ, or around a TZ label the segmentation puts on the T2-dark lesion itself). Steps
+   2-3 run again with every voxel read against its own zone's level; a lesion found there
+   that touches none of the first reading's is kept when it is a PZ lesion: mostly PZ on the
+   ADC grid and on the T2w zones (TZ tissue labelled PZ at the border outlines on the TZ side
+   of the finer T2w zones, and is dropped) (``_pz_reading``).
 
 The noise SD comes from neighbour differences (tissue structure cancels); every size is in
 mL/mm, so the rule is the same on the small and full grids.
@@ -95,6 +103,8 @@ class LesionParams(BaseModel):
                                       "reach into the gland")
     min_volume_ml: float = Field(0.05, ge=0.0, le=50.0, description="smallest lesion kept (mL)")
     max_lesions: int = Field(5, ge=1, le=50, description="keep at most this many (largest volume first)")
+    pz_reading: bool = Field(True, description="also read the PZ side of the border band against the PZ's own level "
+                                               "and keep what it finds there as PZ lesions (step 4)")
 
 
 def _carry(data: np.ndarray, src_aff: np.ndarray, dst_aff: np.ndarray, dst_shape: tuple[int, ...],
@@ -166,9 +176,10 @@ def _reaching(core: np.ndarray, gl: np.ndarray) -> np.ndarray:
 
 
 def _candidates(a: np.ndarray, d: np.ndarray, frac: np.ndarray, zo: np.ndarray, spacing: tuple[float, ...],
-                p: LesionParams) -> _Maps:
+                p: LesionParams, band_ref: bool = True) -> _Maps:
     """Candidate voxels (step 2 of the module rule) and what the later steps read.
-    ``frac`` is the gland's share of each ADC voxel."""
+    ``frac`` is the gland's share of each ADC voxel; ``band_ref`` False: every voxel is read
+    against its own zone's level, in the border band too (the PZ reading, step 4)."""
     gl = frac >= 0.25
     zones = _zone_masks(gl, zo)
     sigma = np.asarray([p.smooth_mm / s for s in spacing]) if p.smooth_mm > 0 else np.zeros(3)
@@ -178,7 +189,7 @@ def _candidates(a: np.ndarray, d: np.ndarray, frac: np.ndarray, zo: np.ndarray, 
     sd = _noise_sd(a, inner)
     sd_s = max(min(_robust(sa[m])[1] for m in inner.values()), 1e-6)  # noise left after smoothing
     area = gl | _rim(gl, spacing, p.rim_mm)
-    ref, dref, levels = _references(a, d, zones, inner, band, area, spacing, sd)
+    ref, dref, levels = _references(a, d, zones, inner, band if band_ref else np.zeros_like(band), area, spacing, sd)
     thr = ref - np.maximum(np.maximum(p.adc_margin_sd * sd_s, p.adc_contrast * ref), p.adc_margin_min)
     dwi_thr = p.dwi_ratio * min(float(np.median(d[m])) for m in inner.values())
     bright = sdw > dwi_thr
@@ -259,7 +270,7 @@ def _outline(comps: np.ndarray, n: int, a: np.ndarray, d: np.ndarray, mp: _Maps,
             continue
         r, low, dr = float(np.median(mp.ref[comp])), float(mp.sa[solid].min()), float(np.median(mp.dref[comp]))
         seed = solid & (mp.sa <= 0.5 * (low + r))
-        near = ndimage.binary_dilation(comp, ball) & mp.gl & (out == 0)
+        near = ndimage.binary_dilation(comp, ball) & mp.gl & (out == 0) & ((comps == 0) | comp)
         level, dlevel = float(np.median(a[seed])), float(np.median(d[seed]))
         for _ in range(3):
             inside = near & (a < 0.5 * (level + r)) & (d > 0.5 * (dlevel + dr))
@@ -276,6 +287,40 @@ def _outline(comps: np.ndarray, n: int, a: np.ndarray, d: np.ndarray, mp: _Maps,
         m += 1
         out[ext] = m
     return out, m
+
+
+def _components(a: np.ndarray, d: np.ndarray, mp: _Maps, p: LesionParams, min_vox: int,
+                spacing: tuple[float, ...]) -> tuple[np.ndarray, int]:
+    """Step 3 of the module rule on one reading's candidate maps: grown, split and outlined."""
+    comps, n = _grow_components(mp.core, mp.loose, min_vox, spacing)
+    comps, n = _split_levels(comps, n, a, mp.thr, mp.info["adc_noise_sd"], min_vox)
+    return _outline(comps, n, a, d, mp, p.adc_contrast)
+
+
+def _pz_reading(comps: np.ndarray, n: int, own: tuple[np.ndarray, int], zo: np.ndarray
+                ) -> tuple[np.ndarray, int, set[int]]:
+    """Add the lesions of the own-zone reading (``own``: every voxel against its own zone's
+    level, the border band too) that the band reading missed and that lie mostly in the PZ.
+
+    The band reads a voxel near the other zone against the lower (TZ) level, since TZ tissue
+    the zone masks put in the PZ would otherwise pass for PZ restriction. A PZ lesion whose
+    ADC is above the TZ's normal level then goes unseen when the band reaches it: next to
+    the TZ, or near a TZ label the segmentation puts on the T2-dark lesion itself. Read
+    against the PZ level, it is kept only as a PZ lesion (most of its ADC voxels labelled PZ
+    here, its T2w outline mostly PZ in ``prostate_lesions``) touching no lesion of the band
+    reading: TZ tissue mislabelled PZ outlines mostly on the TZ side on the finer T2w zones.
+    Returns the labels, their count and the ids added."""
+    own_lab, n_own = own
+    taken = ndimage.binary_dilation(comps > 0, np.ones((3, 3, 3), bool))
+    added = set()
+    for c in range(1, n_own + 1):
+        comp = own_lab == c
+        if (comp & taken).any() or np.count_nonzero(zo[comp] == 1) * 2 <= np.count_nonzero(comp):
+            continue
+        n += 1
+        comps[comp] = n
+        added.add(n)
+    return comps, n, added
 
 
 def _box(ijk: np.ndarray) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
@@ -416,7 +461,7 @@ def _area_on_t2(gland: Mask, zo_t2: np.ndarray | None, rim_mm: float) -> tuple[n
     return gl | rim, np.where(rim, zo_t2[tuple(idx)], zo_t2)
 
 
-@tool("detect.prostate_lesions", version="1.3", milestone="detection", resources={"num_cpus": 1, "memory_mb": 1024},
+@tool("detect.prostate_lesions", version="1.4", milestone="detection", resources={"num_cpus": 1, "memory_mb": 1024},
       output="findings")
 def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, zones: Mask | None = None,
                      transform: Transform | None = None, t2w: Image | None = None) -> Findings:
@@ -447,9 +492,12 @@ def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, 
     mp = _candidates(a, d, frac, zo, adc.spacing, params)
     voxel_ml = abs(np.linalg.det(np.asarray(adc.affine)[:3, :3])) / 1000.0
     min_vox = max(1, int(np.ceil(params.min_volume_ml / voxel_ml)))
-    comps, n = _grow_components(mp.core, mp.loose, min_vox, adc.spacing)
-    comps, n = _split_levels(comps, n, a, mp.thr, mp.info["adc_noise_sd"], min_vox)
-    comps, n = _outline(comps, n, a, d, mp, params.adc_contrast)
+    comps, n = _components(a, d, mp, params, min_vox, adc.spacing)
+    pz_read: set[int] = set()
+    if params.pz_reading and {"PZ", "TZ"} <= set(mp.info["zone_adc_median"]):
+        comps, n, pz_read = _pz_reading(comps, n, _components(a, d, _candidates(a, d, frac, zo, adc.spacing, params,
+                                                                                band_ref=False),
+                                                              params, min_vox, adc.spacing), zo)
     sizes = ndimage.sum_labels(np.ones_like(a), comps, index=np.arange(1, n + 1)) * voxel_ml if n else np.zeros(0)
     keep = [int(i) + 1 for i in np.argsort(-sizes) if sizes[i] >= params.min_volume_ml][: params.max_lesions]
     t2 = None if t2w is None else np.asarray(t2w.data, dtype=np.float64)
@@ -461,11 +509,14 @@ def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, 
         comp = comps == comp_id
         on_t2 = _carry(comp, adc.affine, gland.affine, np.shape(gland.data), m, "linear")
         f = _lesion(len(items) + 1, comp, a, adc.affine, on_t2, gland, area_t2, zo_area, t2, normal_t2, on_grid)
-        if f is not None:
+        # a lesion read against the PZ's level is a PZ lesion on the T2w zones, or nothing
+        if f is not None and (comp_id not in pz_read or f.zone == "PZ"):
             items.append(f)
     meta = {"method": "within-zone smoothed ADC against its zone's normal level, DWI not hypointense, on the "
-                      "native ADC grid; 26-connected components",
-            "candidates": int(n), "transform": "given" if transform is not None else "identity (world-aligned)",
+                      "native ADC grid; 26-connected components; PZ side of the zone border also read against "
+                      "the PZ level",
+            "candidates": int(n), "pz_read": len(pz_read),
+            "transform": "given" if transform is not None else "identity (world-aligned)",
             **mp.info}
     log.debug("detect.prostate_lesions: %d lesions (%d components)", len(items), n)
     return Findings(items, np.array(gland.affine, dtype=np.float64), meta)

@@ -236,3 +236,46 @@ def test_split_levels_separates_touching_lesions_of_different_adc() -> None:
     assert out[5, 5, 2] != out[12, 5, 2]
     same, n1 = _split_levels(comps, 1, np.where(a < 1100, 640.0, a), np.full(a.shape, 1100.0), 20.0, 4)
     assert n1 == 1 and np.array_equal(same > 0, comps > 0)
+
+
+@pytest.mark.parametrize("lesion_adc", [1250.0, 1150.0])
+def test_pz_lesion_under_a_tz_label_read_against_the_pz(lesion_adc: float) -> None:
+    """A segmentation that calls one voxel of a T2-dark PZ lesion TZ (randomised case ra051)
+    puts the whole 9 mm lesion in the zone border band, where version 1.3 read it against the
+    TZ's level only (ADC 1150) and missed it at ADC 1250 or 1150 (26 / 32 % below the PZ's
+    1700). The PZ reading finds it, box IoU 1.0 against the truth, as a PZ lesion; without
+    that reading it stays missed (the failure mode)."""
+    inputs, les = _synthetic((lesion_adc, 9.0))
+    zones = np.asarray(inputs["zones"].data).copy()
+    c = tuple(np.argwhere(les).mean(axis=0).round().astype(int))
+    zones[c] = 2
+    inputs["zones"] = Mask(zones, inputs["zones"].affine)
+    truth_box = [np.argwhere(les).min(0).tolist(), (np.argwhere(les).max(0) + 1).tolist()]
+    found = call_tool("detect.prostate_lesions", inputs)["findings"]
+    assert len(found.items) == 1 and found.meta["pz_read"] == 1
+    f = found.items[0]
+    assert f.zone == "PZ" and box_iou(f.box_voxel, truth_box) >= 0.9
+    assert f.attributes["adc"] == pytest.approx(lesion_adc, abs=60)
+    assert not call_tool("detect.prostate_lesions", inputs, {"pz_reading": False})["findings"].items
+
+
+def test_outline_keeps_off_a_neighbouring_lesion() -> None:
+    """Two lesions whose components touch (growth gives each voxel to its nearest core): the
+    first one's outline (one voxel around it, below half way to the reference) must not take
+    the second one's voxels (randomised case ra055: a 4 mm PZ lesion next to a 20 mm one was
+    swallowed, box IoU 0.009)."""
+    from bcer.tools.detect import _Maps, _outline
+
+    a = np.full((20, 20, 8), 1500.0)
+    a[3:10, 3:10, 2:6] = 800.0  # the large lesion
+    a[10:12, 5:7, 3:5] = 950.0  # a small one touching it
+    comps = np.zeros(a.shape, np.int32)
+    comps[3:10, 3:10, 2:6], comps[10:12, 5:7, 3:5] = 1, 2
+    d = np.where(a < 1500, 300.0, 100.0)
+    ones = np.ones(a.shape, bool)
+    mp = _Maps(core=a < 1200, loose=a < 1300, sa=a, ref=np.full(a.shape, 1500.0), thr=np.full(a.shape, 1200.0),
+               dref=np.full(a.shape, 100.0), gl=ones, covered=ones, info={})
+    out, n = _outline(comps, 2, a, d, mp, 0.12)
+    assert n == 2
+    assert np.array_equal(out == 2, comps == 2)  # the small lesion keeps all its 8 voxels
+    assert np.array_equal(out == 1, comps == 1)
