@@ -31,7 +31,9 @@ evidence on both zones here, T2w sets each lesion's outline and its T2 ratio):
    grown by one voxel (hysteresis), split when they hold two lesions of clearly different
    ADC (``_split_levels``), outlined on the raw ADC and DWI by the half-maximum rule and
    kept only when that outline's own ADC is restricted (``_outline``); an outline never takes
-   the voxels of another lesion's component (two lesions side by side stay two).
+   the voxels of another lesion's component (two lesions side by side stay two). On T2w a
+   lesion is reported over its part inside the gland mask when that is at least half of it,
+   else over all of it, rim included (a mask that cut a lesion off leaves a sliver inside).
 4. PZ reading (``pz_reading``): the band reads its voxels against the lower (TZ) level, which
    hides a PZ lesion whose ADC is above the TZ's normal level when the band reaches it (next
    to the TZ, or around a TZ label the segmentation puts on the T2-dark lesion itself). Steps
@@ -366,9 +368,10 @@ def _lesion(idx: int, comp_adc: np.ndarray, a: np.ndarray, adc_aff: np.ndarray, 
     if not m.any():
         return None
     # the rim finds a lesion the gland mask left out; what is reported is its part inside the
-    # mask when there is one (a finding is a gland finding), the rim part only when nothing is
+    # mask when that holds at least half of it (a finding is a gland finding), else all of it:
+    # a sliver inside a mask that cut the lesion off is the segmentation's error, not its extent
     inside = np.asarray(gland.data) > 0
-    if (m & inside).any():
+    if np.count_nonzero(m & inside) * 2 >= np.count_nonzero(m):
         m, gl = m & inside, inside
     if t2 is not None and normal_t2:
         # within one diffusion voxel of the diffusion outline: the 0.1 level of the carried

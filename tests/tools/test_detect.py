@@ -279,3 +279,24 @@ def test_outline_keeps_off_a_neighbouring_lesion() -> None:
     assert n == 2
     assert np.array_equal(out == 2, comps == 2)  # the small lesion keeps all its 8 voxels
     assert np.array_equal(out == 1, comps == 1)
+
+
+def test_lesion_mostly_outside_the_gland_mask_keeps_its_box() -> None:
+    """A PZ lesion at the capsule that the gland mask mostly leaves out (a segmentation's
+    usual error on a T2-dark lesion), only its inner edge inside: reported over its whole
+    outline (gland and rim), box IoU >= 0.5 against the truth; version 1.3 reported the inside
+    sliver only (randomised case ra112: a one-voxel box, size 0 mm, a false positive)."""
+    inputs, les = _synthetic((900.0, 9.0))
+    pts_y = np.argwhere(les)[:, 1]
+    keep_in = les & (np.arange(les.shape[1])[None, :, None] >= pts_y.max())  # the innermost row only
+    gland = (np.asarray(inputs["gland"].data) > 0) & ~(les & ~keep_in)
+    zones = np.where(gland, np.asarray(inputs["zones"].data), 0).astype(np.int16)
+    inputs["gland"] = Mask(gland.astype(np.int16), inputs["gland"].affine)
+    inputs["zones"] = Mask(zones, inputs["zones"].affine)
+    assert 0 < np.count_nonzero(les & gland) * 3 < np.count_nonzero(les)  # under a third inside
+    truth_box = [np.argwhere(les).min(0).tolist(), (np.argwhere(les).max(0) + 1).tolist()]
+    found = call_tool("detect.prostate_lesions", inputs)["findings"]
+    assert len(found.items) == 1
+    f = found.items[0]
+    assert box_iou(f.box_voxel, truth_box) >= 0.5 and f.zone == "PZ", (f.box_voxel, truth_box)
+    assert f.attributes["size_mm"] >= 6.0
