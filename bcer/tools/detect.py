@@ -30,7 +30,17 @@ evidence on both zones here, T2w sets each lesion's outline and its T2 ratio):
 3. Lesions: candidate components of at least ``min_volume_ml`` that reach into the gland,
    grown by one voxel (hysteresis), split when they hold two lesions of clearly different
    ADC (``_split_levels``), outlined on the raw ADC and DWI by the half-maximum rule and
-   kept only when that outline's own ADC is restricted (``_outline``).
+   kept only when that outline's own ADC is restricted (``_outline``); an outline never takes
+   the voxels of another lesion's component (two lesions side by side stay two). On T2w a
+   lesion is reported over its part inside the gland mask when that is at least half of it,
+   else over all of it, rim included (a mask that cut a lesion off leaves a sliver inside).
+4. PZ reading (``pz_reading``): the band reads its voxels against the lower (TZ) level, which
+   hides a PZ lesion whose ADC is above the TZ's normal level when the band reaches it (next
+   to the TZ, or around a TZ label the segmentation puts on the T2-dark lesion itself). Steps
+   2-3 run again with every voxel read against its own zone's level; a lesion found there
+   that touches none of the first reading's is kept when it is a PZ lesion: mostly PZ on the
+   ADC grid and on the T2w zones (TZ tissue labelled PZ at the border outlines on the TZ side
+   of the finer T2w zones, and is dropped) (``_pz_reading``).
 
 The noise SD comes from neighbour differences (tissue structure cancels); every size is in
 mL/mm, so the rule is the same on the small and full grids.
@@ -51,13 +61,14 @@ from ..contracts.errors import ErrorCode, ToolError
 from ..contracts.geometry import same_grid, vox2world
 from ._checks import require_ndim, require_nonempty, require_same_grid, require_volume
 from ._sitk import ras_to_transform
+from .detect_reference import (ZONE_NAMES, _border_band, _interior, _noise_sd, _references, _robust, _smoothed,
+                               _zone_masks)
 from .quant import max_diameter_mm
 from .registry import tool
 from .resample import resample_onto
 
 log = logging.getLogger(__name__)
 
-ZONE_NAMES = {1: "PZ", 2: "TZ"}
 
 
 class LesionParams(BaseModel):
@@ -94,6 +105,8 @@ class LesionParams(BaseModel):
                                       "reach into the gland")
     min_volume_ml: float = Field(0.05, ge=0.0, le=50.0, description="smallest lesion kept (mL)")
     max_lesions: int = Field(5, ge=1, le=50, description="keep at most this many (largest volume first)")
+    pz_reading: bool = Field(True, description="also read the PZ side of the border band against the PZ's own level "
+                                               "and keep what it finds there as PZ lesions (step 4)")
 
 
 def _carry(data: np.ndarray, src_aff: np.ndarray, dst_aff: np.ndarray, dst_shape: tuple[int, ...],
@@ -127,98 +140,6 @@ def _check(adc: Image, dwi: Image, gland: Mask, zones: Mask | None, t2w: Image |
     return m
 
 
-def _robust(v: np.ndarray) -> tuple[float, float]:
-    med = float(np.median(v))
-    return med, float(1.4826 * np.median(np.abs(v - med)))
-
-
-def _normal_level(v: np.ndarray, sd: float) -> float:
-    """Median ADC of a zone's normal tissue, robust to lesions filling much of the zone.
-
-    Lesions only lower the ADC, so when a zone's values split (Otsu) into two classes more
-    than 4 noise SDs apart (pure noise splits about 1.6 SDs apart), its normal tissue is the
-    upper class; a lesion that fills most of the TZ otherwise drags the median down to the
-    lesion's own ADC and the lesion is never a candidate. ``v`` holds the zone's interior only
-    (``_interior``), so a brighter neighbouring zone leaking into the mask cannot pose as the
-    upper class.
-    """
-    med = float(np.median(v))
-    if v.size < 40 or float(v.max() - v.min()) <= 0.0:
-        return med
-    t = threshold_otsu(v)
-    lo, hi = v[v <= t], v[v > t]
-    # a few voxels of normal tissue may be all a lesion leaves of a small TZ on the coarse grid
-    if hi.size >= max(10, v.size // 10) and lo.size and float(np.median(hi) - np.median(lo)) > 4.0 * sd:
-        return float(np.median(hi))
-    return med
-
-
-def _zone_masks(gl: np.ndarray, zo: np.ndarray) -> dict[str, np.ndarray]:
-    """The gland's zones on the ADC grid (PZ, TZ; voxels of the gland without a zone join the
-    nearest zone); the whole gland as one reference when no zone has enough voxels."""
-    zones = {ZONE_NAMES[z]: gl & (zo == z) for z in (1, 2) if np.count_nonzero(gl & (zo == z)) >= 20}
-    if not zones:
-        return {"gland": gl.copy()}
-    lost = gl & ~np.logical_or.reduce(list(zones.values()))
-    if lost.any():
-        lab = np.zeros(gl.shape, np.int8)
-        for k, sel in enumerate(zones.values(), start=1):
-            lab[sel] = k
-        idx = ndimage.distance_transform_edt(lab == 0, return_distances=False, return_indices=True)
-        nearest = lab[tuple(idx)]
-        for k, name in enumerate(list(zones), start=1):
-            zones[name] |= lost & (nearest == k)
-    return zones
-
-
-def _interior(sel: np.ndarray, spacing: tuple[float, ...], depth_mm: float) -> np.ndarray:
-    """Voxels at least ``depth_mm`` inside ``sel`` (border voxels mix tissues: fat, the other
-    zone, mask and registration error), else one voxel inside, else all of ``sel``."""
-    dist = ndimage.distance_transform_edt(sel, sampling=spacing)
-    for cut in (depth_mm, 1.01 * min(spacing)):
-        inner = sel & (dist > cut)
-        if np.count_nonzero(inner) >= 40:
-            return inner
-    return sel
-
-
-def _smooth_within(x: np.ndarray, support: np.ndarray, sigma_vox: np.ndarray, where: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """Gaussian mean of ``x`` over the voxels of ``support`` only (normalised convolution),
-    evaluated wherever ``where`` has support nearby (elsewhere ``x`` itself), and the support's
-    weight there (1 deep inside the support, 0 far from it)."""
-    if not np.any(sigma_vox > 0):
-        return x.astype(np.float32), support.astype(np.float32)
-    w = ndimage.gaussian_filter(support.astype(np.float32), sigma_vox, mode="constant")
-    v = ndimage.gaussian_filter(np.where(support, x, 0.0).astype(np.float32), sigma_vox, mode="constant")
-    return np.where(where & (w > 0.05), v / np.maximum(w, 1e-6), x).astype(np.float32), w
-
-
-def _border_band(zones: dict[str, np.ndarray], spacing: tuple[float, ...], border_mm: float) -> np.ndarray:
-    """Voxels of one zone within ``border_mm`` or one voxel (any direction: thick slices mix the
-    zones through the slice) of the other zone; the zone masks are uncertain there."""
-    band = np.zeros(next(iter(zones.values())).shape, bool)
-    if len(zones) < 2:
-        return band
-    (_, s1), (_, s2) = zones.items()
-    for mine, other in ((s1, s2), (s2, s1)):
-        near = ndimage.binary_dilation(other, np.ones((3, 3, 3), bool))
-        if border_mm > 0:
-            near |= ndimage.distance_transform_edt(~other, sampling=spacing) <= border_mm
-        band |= mine & near
-    return band
-
-
-def _reference(zones: dict[str, np.ndarray], levels: dict[str, float], band: np.ndarray) -> np.ndarray:
-    """Each gland voxel's normal ADC: its own zone's level (PI-RADS reads a lesion against the
-    zone it sits in), the lower of the zone levels in the border ``band``."""
-    ref = np.full(band.shape, np.inf, np.float32)
-    for name, sel in zones.items():
-        ref[sel] = levels[name]
-    ref[band] = min(levels.values())
-    return ref
-
-
 class _Maps(NamedTuple):
     """What the candidate step leaves for the later ones (all on the ADC grid)."""
 
@@ -231,48 +152,6 @@ class _Maps(NamedTuple):
     gl: np.ndarray  # where lesions are searched: gland voxels and the rim around them
     covered: np.ndarray  # gland voxels with solid tissue around them (``sa`` is an average there)
     info: dict[str, Any]
-
-
-def _noise_sd(a: np.ndarray, inner: dict[str, np.ndarray]) -> float:
-    """Native-grid ADC noise SD from differences of in-plane neighbours inside the zones
-    (robust MAD / sqrt 2): differences cancel the tissue level, so a lesion or a mislabelled
-    zone in the mask does not inflate the noise as a spread of values would."""
-    diffs = []
-    for m in inner.values():
-        for ax in (0, 1):
-            both = np.logical_and(np.take(m, range(1, m.shape[ax]), axis=ax), np.take(m, range(m.shape[ax] - 1), axis=ax))
-            dv = np.diff(a, axis=ax)[both]
-            if dv.size:
-                diffs.append(dv)
-    if not diffs:
-        return min(_robust(a[m])[1] for m in inner.values())
-    dv = np.concatenate(diffs)
-    return float(1.4826 * np.median(np.abs(dv - np.median(dv))) / np.sqrt(2.0))
-
-
-def _smoothed(a: np.ndarray, d: np.ndarray, frac: np.ndarray, zones: dict[str, np.ndarray],
-              inner: dict[str, np.ndarray], band: np.ndarray, sigma: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Within-zone smoothed ADC and DWI, and the voxels with solid tissue around them.
-
-    Smoothing averages over solid voxels of the zone only (wholly inside the gland, not
-    DWI-dark; off the zone border band for voxels off it): a voxel half fat (ADC ~350) at the
-    capsule has a lesion's ADC, a PZ voxel half TZ a mildly low one, and averaged in they would
-    make normal tissue next to them look restricted. Other voxels take the average of their
-    solid neighbours."""
-    sa, sdw = a.astype(np.float32).copy(), d.astype(np.float32).copy()
-    covered = np.zeros(a.shape, bool)
-    for name, sel in zones.items():
-        solid = sel & (frac >= 0.999) & (d >= 0.5 * float(np.median(d[inner[name]])))  # gas, bone, calcification
-        # off the band: the band's mixed voxels stay out; in the band (read against the lower
-        # zone level): the band's own voxels count, so a lesion lying in it stays visible
-        for where, support in ((sel & ~band, solid & ~band), (sel & band, solid)):
-            if np.count_nonzero(support) < 10:
-                support = sel
-            va, w = _smooth_within(a, support, sigma, where)
-            sa[where], sdw[where] = va[where], _smooth_within(d, support, sigma, where)[0][where]
-            covered |= where & (w >= 0.2)
-    return sa, sdw, covered
 
 
 def _rim(gl: np.ndarray, spacing: tuple[float, ...], rim_mm: float) -> np.ndarray:
@@ -298,29 +177,11 @@ def _reaching(core: np.ndarray, gl: np.ndarray) -> np.ndarray:
     return np.isin(lab, hit[hit > 0])
 
 
-def _references(a: np.ndarray, d: np.ndarray, zones: dict[str, np.ndarray], inner: dict[str, np.ndarray],
-                band: np.ndarray, area: np.ndarray, spacing: tuple[float, ...], sd: float
-                ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
-    """Each search-area voxel's normal ADC and zone median DWI (a rim voxel takes those of the
-    gland voxel nearest to it), and the zone levels."""
-    levels = {name: _normal_level(a[m], sd) for name, m in inner.items()}
-    ref = _reference(zones, levels, band)
-    dref = np.zeros(a.shape, np.float32)
-    for name, sel in zones.items():
-        dref[sel] = float(np.median(d[inner[name]]))
-    gl = np.logical_or.reduce(list(zones.values()))
-    rim = area & ~gl
-    if rim.any():
-        idx = tuple(ndimage.distance_transform_edt(~gl, sampling=spacing, return_distances=False, return_indices=True))
-        ref[rim], dref[rim] = ref[idx][rim], dref[idx][rim]
-    ref[~area] = 0.0  # outside the search area nothing is below its reference
-    return ref, dref, levels
-
-
 def _candidates(a: np.ndarray, d: np.ndarray, frac: np.ndarray, zo: np.ndarray, spacing: tuple[float, ...],
-                p: LesionParams) -> _Maps:
+                p: LesionParams, band_ref: bool = True) -> _Maps:
     """Candidate voxels (step 2 of the module rule) and what the later steps read.
-    ``frac`` is the gland's share of each ADC voxel."""
+    ``frac`` is the gland's share of each ADC voxel; ``band_ref`` False: every voxel is read
+    against its own zone's level, in the border band too (the PZ reading, step 4)."""
     gl = frac >= 0.25
     zones = _zone_masks(gl, zo)
     sigma = np.asarray([p.smooth_mm / s for s in spacing]) if p.smooth_mm > 0 else np.zeros(3)
@@ -330,7 +191,7 @@ def _candidates(a: np.ndarray, d: np.ndarray, frac: np.ndarray, zo: np.ndarray, 
     sd = _noise_sd(a, inner)
     sd_s = max(min(_robust(sa[m])[1] for m in inner.values()), 1e-6)  # noise left after smoothing
     area = gl | _rim(gl, spacing, p.rim_mm)
-    ref, dref, levels = _references(a, d, zones, inner, band, area, spacing, sd)
+    ref, dref, levels = _references(a, d, zones, inner, band if band_ref else np.zeros_like(band), area, spacing, sd)
     thr = ref - np.maximum(np.maximum(p.adc_margin_sd * sd_s, p.adc_contrast * ref), p.adc_margin_min)
     dwi_thr = p.dwi_ratio * min(float(np.median(d[m])) for m in inner.values())
     bright = sdw > dwi_thr
@@ -411,7 +272,7 @@ def _outline(comps: np.ndarray, n: int, a: np.ndarray, d: np.ndarray, mp: _Maps,
             continue
         r, low, dr = float(np.median(mp.ref[comp])), float(mp.sa[solid].min()), float(np.median(mp.dref[comp]))
         seed = solid & (mp.sa <= 0.5 * (low + r))
-        near = ndimage.binary_dilation(comp, ball) & mp.gl & (out == 0)
+        near = ndimage.binary_dilation(comp, ball) & mp.gl & (out == 0) & ((comps == 0) | comp)
         level, dlevel = float(np.median(a[seed])), float(np.median(d[seed]))
         for _ in range(3):
             inside = near & (a < 0.5 * (level + r)) & (d > 0.5 * (dlevel + dr))
@@ -428,6 +289,40 @@ def _outline(comps: np.ndarray, n: int, a: np.ndarray, d: np.ndarray, mp: _Maps,
         m += 1
         out[ext] = m
     return out, m
+
+
+def _components(a: np.ndarray, d: np.ndarray, mp: _Maps, p: LesionParams, min_vox: int,
+                spacing: tuple[float, ...]) -> tuple[np.ndarray, int]:
+    """Step 3 of the module rule on one reading's candidate maps: grown, split and outlined."""
+    comps, n = _grow_components(mp.core, mp.loose, min_vox, spacing)
+    comps, n = _split_levels(comps, n, a, mp.thr, mp.info["adc_noise_sd"], min_vox)
+    return _outline(comps, n, a, d, mp, p.adc_contrast)
+
+
+def _pz_reading(comps: np.ndarray, n: int, own: tuple[np.ndarray, int], zo: np.ndarray
+                ) -> tuple[np.ndarray, int, set[int]]:
+    """Add the lesions of the own-zone reading (``own``: every voxel against its own zone's
+    level, the border band too) that the band reading missed and that lie mostly in the PZ.
+
+    The band reads a voxel near the other zone against the lower (TZ) level, since TZ tissue
+    the zone masks put in the PZ would otherwise pass for PZ restriction. A PZ lesion whose
+    ADC is above the TZ's normal level then goes unseen when the band reaches it: next to
+    the TZ, or near a TZ label the segmentation puts on the T2-dark lesion itself. Read
+    against the PZ level, it is kept only as a PZ lesion (most of its ADC voxels labelled PZ
+    here, its T2w outline mostly PZ in ``prostate_lesions``) touching no lesion of the band
+    reading: TZ tissue mislabelled PZ outlines mostly on the TZ side on the finer T2w zones.
+    Returns the labels, their count and the ids added."""
+    own_lab, n_own = own
+    taken = ndimage.binary_dilation(comps > 0, np.ones((3, 3, 3), bool))
+    added = set()
+    for c in range(1, n_own + 1):
+        comp = own_lab == c
+        if (comp & taken).any() or np.count_nonzero(zo[comp] == 1) * 2 <= np.count_nonzero(comp):
+            continue
+        n += 1
+        comps[comp] = n
+        added.add(n)
+    return comps, n, added
 
 
 def _box(ijk: np.ndarray) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
@@ -473,9 +368,10 @@ def _lesion(idx: int, comp_adc: np.ndarray, a: np.ndarray, adc_aff: np.ndarray, 
     if not m.any():
         return None
     # the rim finds a lesion the gland mask left out; what is reported is its part inside the
-    # mask when there is one (a finding is a gland finding), the rim part only when nothing is
+    # mask when that holds at least half of it (a finding is a gland finding), else all of it:
+    # a sliver inside a mask that cut the lesion off is the segmentation's error, not its extent
     inside = np.asarray(gland.data) > 0
-    if (m & inside).any():
+    if np.count_nonzero(m & inside) * 2 >= np.count_nonzero(m):
         m, gl = m & inside, inside
     if t2 is not None and normal_t2:
         # within one diffusion voxel of the diffusion outline: the 0.1 level of the carried
@@ -568,7 +464,7 @@ def _area_on_t2(gland: Mask, zo_t2: np.ndarray | None, rim_mm: float) -> tuple[n
     return gl | rim, np.where(rim, zo_t2[tuple(idx)], zo_t2)
 
 
-@tool("detect.prostate_lesions", version="1.3", milestone="detection", resources={"num_cpus": 1, "memory_mb": 1024},
+@tool("detect.prostate_lesions", version="1.4", milestone="detection", resources={"num_cpus": 1, "memory_mb": 1024},
       output="findings")
 def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, zones: Mask | None = None,
                      transform: Transform | None = None, t2w: Image | None = None) -> Findings:
@@ -599,9 +495,12 @@ def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, 
     mp = _candidates(a, d, frac, zo, adc.spacing, params)
     voxel_ml = abs(np.linalg.det(np.asarray(adc.affine)[:3, :3])) / 1000.0
     min_vox = max(1, int(np.ceil(params.min_volume_ml / voxel_ml)))
-    comps, n = _grow_components(mp.core, mp.loose, min_vox, adc.spacing)
-    comps, n = _split_levels(comps, n, a, mp.thr, mp.info["adc_noise_sd"], min_vox)
-    comps, n = _outline(comps, n, a, d, mp, params.adc_contrast)
+    comps, n = _components(a, d, mp, params, min_vox, adc.spacing)
+    pz_read: set[int] = set()
+    if params.pz_reading and {"PZ", "TZ"} <= set(mp.info["zone_adc_median"]):
+        comps, n, pz_read = _pz_reading(comps, n, _components(a, d, _candidates(a, d, frac, zo, adc.spacing, params,
+                                                                                band_ref=False),
+                                                              params, min_vox, adc.spacing), zo)
     sizes = ndimage.sum_labels(np.ones_like(a), comps, index=np.arange(1, n + 1)) * voxel_ml if n else np.zeros(0)
     keep = [int(i) + 1 for i in np.argsort(-sizes) if sizes[i] >= params.min_volume_ml][: params.max_lesions]
     t2 = None if t2w is None else np.asarray(t2w.data, dtype=np.float64)
@@ -613,11 +512,14 @@ def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, 
         comp = comps == comp_id
         on_t2 = _carry(comp, adc.affine, gland.affine, np.shape(gland.data), m, "linear")
         f = _lesion(len(items) + 1, comp, a, adc.affine, on_t2, gland, area_t2, zo_area, t2, normal_t2, on_grid)
-        if f is not None:
+        # a lesion read against the PZ's level is a PZ lesion on the T2w zones, or nothing
+        if f is not None and (comp_id not in pz_read or f.zone == "PZ"):
             items.append(f)
     meta = {"method": "within-zone smoothed ADC against its zone's normal level, DWI not hypointense, on the "
-                      "native ADC grid; 26-connected components",
-            "candidates": int(n), "transform": "given" if transform is not None else "identity (world-aligned)",
+                      "native ADC grid; 26-connected components; PZ side of the zone border also read against "
+                      "the PZ level",
+            "candidates": int(n), "pz_read": len(pz_read),
+            "transform": "given" if transform is not None else "identity (world-aligned)",
             **mp.info}
     log.debug("detect.prostate_lesions: %d lesions (%d components)", len(items), n)
     return Findings(items, np.array(gland.affine, dtype=np.float64), meta)

@@ -156,7 +156,7 @@ def test_bench_cases_through_the_plan(seed: int, n_lesions: int) -> None:
 
 
 def test_normal_level_ignores_a_lesion_filling_the_zone() -> None:
-    from bcer.tools.detect import _normal_level
+    from bcer.tools.detect_reference import _normal_level
 
     rng = np.random.default_rng(0)
     tz = np.r_[rng.normal(650, 20, 700), rng.normal(1200, 20, 300)]  # 70 % lesion
@@ -167,7 +167,7 @@ def test_normal_level_ignores_a_lesion_filling_the_zone() -> None:
 def test_noise_sd_from_neighbour_differences_ignores_structure() -> None:
     """A zone mask holding two tissue levels (a lesion, the other zone) has a wide spread of
     values, but its noise is what neighbour differences say."""
-    from bcer.tools.detect import _noise_sd
+    from bcer.tools.detect_reference import _noise_sd
 
     rng = np.random.default_rng(1)
     a = np.where(np.arange(30)[:, None, None] < 15, 1700.0, 1100.0) + rng.normal(0, 40, (30, 30, 8))
@@ -236,3 +236,67 @@ def test_split_levels_separates_touching_lesions_of_different_adc() -> None:
     assert out[5, 5, 2] != out[12, 5, 2]
     same, n1 = _split_levels(comps, 1, np.where(a < 1100, 640.0, a), np.full(a.shape, 1100.0), 20.0, 4)
     assert n1 == 1 and np.array_equal(same > 0, comps > 0)
+
+
+@pytest.mark.parametrize("lesion_adc", [1250.0, 1150.0])
+def test_pz_lesion_under_a_tz_label_read_against_the_pz(lesion_adc: float) -> None:
+    """A segmentation that calls one voxel of a T2-dark PZ lesion TZ (randomised case ra051)
+    puts the whole 9 mm lesion in the zone border band, where version 1.3 read it against the
+    TZ's level only (ADC 1150) and missed it at ADC 1250 or 1150 (26 / 32 % below the PZ's
+    1700). The PZ reading finds it, box IoU 1.0 against the truth, as a PZ lesion; without
+    that reading it stays missed (the failure mode)."""
+    inputs, les = _synthetic((lesion_adc, 9.0))
+    zones = np.asarray(inputs["zones"].data).copy()
+    c = tuple(np.argwhere(les).mean(axis=0).round().astype(int))
+    zones[c] = 2
+    inputs["zones"] = Mask(zones, inputs["zones"].affine)
+    truth_box = [np.argwhere(les).min(0).tolist(), (np.argwhere(les).max(0) + 1).tolist()]
+    found = call_tool("detect.prostate_lesions", inputs)["findings"]
+    assert len(found.items) == 1 and found.meta["pz_read"] == 1
+    f = found.items[0]
+    assert f.zone == "PZ" and box_iou(f.box_voxel, truth_box) >= 0.9
+    assert f.attributes["adc"] == pytest.approx(lesion_adc, abs=60)
+    assert not call_tool("detect.prostate_lesions", inputs, {"pz_reading": False})["findings"].items
+
+
+def test_outline_keeps_off_a_neighbouring_lesion() -> None:
+    """Two lesions whose components touch (growth gives each voxel to its nearest core): the
+    first one's outline (one voxel around it, below half way to the reference) must not take
+    the second one's voxels (randomised case ra055: a 4 mm PZ lesion next to a 20 mm one was
+    swallowed, box IoU 0.009)."""
+    from bcer.tools.detect import _Maps, _outline
+
+    a = np.full((20, 20, 8), 1500.0)
+    a[3:10, 3:10, 2:6] = 800.0  # the large lesion
+    a[10:12, 5:7, 3:5] = 950.0  # a small one touching it
+    comps = np.zeros(a.shape, np.int32)
+    comps[3:10, 3:10, 2:6], comps[10:12, 5:7, 3:5] = 1, 2
+    d = np.where(a < 1500, 300.0, 100.0)
+    ones = np.ones(a.shape, bool)
+    mp = _Maps(core=a < 1200, loose=a < 1300, sa=a, ref=np.full(a.shape, 1500.0), thr=np.full(a.shape, 1200.0),
+               dref=np.full(a.shape, 100.0), gl=ones, covered=ones, info={})
+    out, n = _outline(comps, 2, a, d, mp, 0.12)
+    assert n == 2
+    assert np.array_equal(out == 2, comps == 2)  # the small lesion keeps all its 8 voxels
+    assert np.array_equal(out == 1, comps == 1)
+
+
+def test_lesion_mostly_outside_the_gland_mask_keeps_its_box() -> None:
+    """A PZ lesion at the capsule that the gland mask mostly leaves out (a segmentation's
+    usual error on a T2-dark lesion), only its inner edge inside: reported over its whole
+    outline (gland and rim), box IoU >= 0.5 against the truth; version 1.3 reported the inside
+    sliver only (randomised case ra112: a one-voxel box, size 0 mm, a false positive)."""
+    inputs, les = _synthetic((900.0, 9.0))
+    pts_y = np.argwhere(les)[:, 1]
+    keep_in = les & (np.arange(les.shape[1])[None, :, None] >= pts_y.max())  # the innermost row only
+    gland = (np.asarray(inputs["gland"].data) > 0) & ~(les & ~keep_in)
+    zones = np.where(gland, np.asarray(inputs["zones"].data), 0).astype(np.int16)
+    inputs["gland"] = Mask(gland.astype(np.int16), inputs["gland"].affine)
+    inputs["zones"] = Mask(zones, inputs["zones"].affine)
+    assert 0 < np.count_nonzero(les & gland) * 3 < np.count_nonzero(les)  # under a third inside
+    truth_box = [np.argwhere(les).min(0).tolist(), (np.argwhere(les).max(0) + 1).tolist()]
+    found = call_tool("detect.prostate_lesions", inputs)["findings"]
+    assert len(found.items) == 1
+    f = found.items[0]
+    assert box_iou(f.box_voxel, truth_box) >= 0.5 and f.zone == "PZ", (f.box_voxel, truth_box)
+    assert f.attributes["size_mm"] >= 6.0
