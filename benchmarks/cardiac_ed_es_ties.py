@@ -81,6 +81,21 @@ def _fractions(cine, lab: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (img - level) / (blood - level), region
 
 
+def posterior_fraction(y: np.ndarray, s: float, mixed: float) -> np.ndarray:
+    """E[f | y] for y = f + N(0, s^2), f = 0 or 1 with probability (1 - mixed) / 2 each, else
+    uniform on [0, 1]: a soft voxel classification that pulls pure voxels' noise to 0 or 1 and
+    keeps partial voxels' fractions (clipping removes only one side of the noise)."""
+    from scipy.stats import norm
+
+    s = max(s, 1e-6)
+    l0, l1 = norm.pdf(y / s) / s, norm.pdf((y - 1.0) / s) / s
+    a, b = -y / s, (1.0 - y) / s
+    lu = np.clip(norm.cdf(b) - norm.cdf(a), 1e-300, None)
+    mu = np.clip(y + s * (norm.pdf(a) - norm.pdf(b)) / lu, 0.0, 1.0)
+    pure = (1.0 - mixed) / 2.0
+    return (pure * l1 + mixed * lu * mu) / (pure * (l0 + l1) + mixed * lu)
+
+
 def variant_curves(cine, lab: np.ndarray) -> dict[str, list[float]]:
     """The gated, PCA and linear variants of the blood curve (see the module docstring)."""
     f, region = _fractions(cine, lab)
@@ -89,7 +104,10 @@ def variant_curves(cine, lab: np.ndarray) -> dict[str, list[float]]:
     m = clipped[region]  # (V, T)
     mu = m.mean(axis=1, keepdims=True)
     u, s, vt = np.linalg.svd(m - mu, full_matrices=False)
-    curves = {"gated": (per_slice * (lab == LV).any(axis=(0, 1))).sum(0),
+    fr = f[region]
+    s_noise = float(np.median(np.abs(np.diff(fr, axis=1)))) / (0.6745 * np.sqrt(2.0))
+    soft = {f"soft{int(100 * c)}": posterior_fraction(fr, s_noise, c).sum(0) for c in (0.1, 0.3, 0.6)}
+    curves = {**soft, "gated": (per_slice * (lab == LV).any(axis=(0, 1))).sum(0),
               "pca4": (mu + (u[:, :4] * s[:4]) @ vt[:4]).sum(0), "linear": f[region].sum(0)}
     return {f"pv_{k}": [float(x) for x in v] for k, v in curves.items()}
 
@@ -128,7 +146,8 @@ def score(cases: list[dict]) -> dict:
     """Per rule: ED/ES exact (index equal to the truth's), the misses, and exact-or-tied (a miss
     whose frames have the truth frames' exact voxel counts counts: ``bcer.metrics.frame_match``)."""
     curves = {name: (lambda rule: lambda c: rule(np.asarray(c["pv"])))(rule) for name, rule in RULES.items()}
-    for key in ("pv_interior1", "pv_interior2", "pv_gated", "pv_pca4", "pv_linear"):
+    for key in ("pv_interior1", "pv_interior2", "pv_gated", "pv_pca4", "pv_linear", "pv_soft10", "pv_soft30",
+                "pv_soft60"):
         curves[key.removeprefix("pv_")] = (lambda key: lambda c: np.asarray(c[key]))(key)
     out = {}
     for name, curve_of in curves.items():
