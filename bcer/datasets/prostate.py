@@ -422,6 +422,21 @@ def _misalignment(rng: np.random.Generator, misalign: bool, center: np.ndarray) 
                                "(ITK fixed->moving with fixed=T2w, moving=ADC)"}
 
 
+def phantom_labels(anat: _Anatomy, t2: Image, adc: Image, zones: np.ndarray, lesions: np.ndarray,
+                   zones_adc: np.ndarray, lesions_adc: np.ndarray, t2_pts: np.ndarray, adc_world: np.ndarray
+                   ) -> tuple[dict[str, Mask], list[dict[str, Any]]]:
+    """A phantom's label masks (zones, gland, lesions on the T2w grid; lesions and gland on the
+    ADC grid) and its per-lesion truth, from the rendered label arrays."""
+    names = {i: f"lesion_{i}" for i in range(1, len(anat.lesions) + 1)}
+    labels = {"zones": Mask(zones, t2.affine, {}, labels=dict(ZONE_LABELS)),
+              "gland": Mask((zones > 0).astype(np.int16), t2.affine, {}, labels={1: "gland"}),
+              "lesions": Mask(lesions, t2.affine, {}, labels=dict(names)),
+              "lesions_adc": Mask(lesions_adc, adc.affine, {}, labels=dict(names)),
+              "gland_adc": Mask((zones_adc > 0).astype(np.int16), adc.affine, {}, labels={1: "gland"})}
+    voxel_ml = (t2.voxel_volume_ml, adc.voxel_volume_ml)
+    return labels, _lesion_truth(anat, t2_pts, lesions, zones, t2.data, adc_world, lesions_adc, adc.data, voxel_ml)
+
+
 def make_prostate(case_id: str, seed: int, size: Size = "small", n_lesions: int | None = None,
                   misalign: bool = True, oblique: bool = True, noise: float | None = None,
                   bladder: bool | None = None, family: str = "base", borderline: bool = False) -> Phantom:
@@ -487,14 +502,7 @@ def make_prostate(case_id: str, seed: int, size: Size = "small", n_lesions: int 
                                         "series_description": "AX_DIFFUSION_ADC"})
     dwi = Image(d_imgs["DWI"], adc_aff.copy(), {"sequence": "DWI", "b_value": B_VALUE,
                                                  "series_description": "AX_DIFFUSION_CALC_BVAL"})
-    les_names = {i: f"lesion_{i}" for i in range(1, len(anat.lesions) + 1)}
-    labels = {"zones": Mask(zones, t2_aff, {}, labels=dict(ZONE_LABELS)),
-              "gland": Mask((zones > 0).astype(np.int16), t2_aff, {}, labels={1: "gland"}),
-              "lesions": Mask(lesions, t2_aff, {}, labels=dict(les_names)),
-              "lesions_adc": Mask(lesions_adc, adc_aff, {}, labels=dict(les_names)),
-              "gland_adc": Mask((zones_adc > 0).astype(np.int16), adc_aff, {}, labels={1: "gland"})}
-    voxel_ml = (t2.voxel_volume_ml, adc.voxel_volume_ml)
-    lesion_truth = _lesion_truth(anat, t2_pts, lesions, zones, t2.data, adc_world, lesions_adc, adc.data, voxel_ml)
+    labels, lesion_truth = phantom_labels(anat, t2, adc, zones, lesions, zones_adc, lesions_adc, t2_pts, adc_world)
     truth = {"domain": "prostate", "n_lesions": len(lesion_truth), "lesions": lesion_truth,
              "gland_volume_ml": labels["gland"].volume_ml(1),
              "pz_volume_ml": labels["zones"].volume_ml(1), "tz_volume_ml": labels["zones"].volume_ml(2),

@@ -11,13 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from ..contracts.artifacts import Image, Mask
+from ..contracts.artifacts import Image
 from ..contracts.errors import ErrorCode, ToolError
 from .degrade import rigid_matrix
 from .geometry import world_coords
 from .phantom import Phantom, Size
-from .prostate import (BORDERLINE_KINDS, FAMILIES, GRIDS, LESION_ADC_MAX_FRACTION, PIRADS_RULE, ZONE_LABELS, LesionSpec,
-                       _Blob, _borderline, _lesion_truth, _place_lesions)
+from .prostate import (BORDERLINE_KINDS, FAMILIES, GRIDS, LESION_ADC_MAX_FRACTION, PIRADS_RULE, LesionSpec,
+                       _Blob, _borderline, _place_lesions, phantom_labels)
 
 
 def _family_lesions(R: dict[str, Any], values: dict[str, tuple[float, float, float]]) -> LesionSpec:
@@ -105,14 +105,7 @@ def make_family_prostate(case_id: str, seed: int, size: Size, n_lesions: int | N
                                         "slice_order": order[1]})
     dwi = Image(d_imgs["DWI"], adc_aff.copy(), {"sequence": "DWI", "b_value": look["b_value"],
                                                  "series_description": names["DWI"], "slice_order": order[1]})
-    les_names = {i: f"lesion_{i}" for i in range(1, len(anat.lesions) + 1)}
-    labels = {"zones": Mask(zones, t2_aff, {}, labels=dict(ZONE_LABELS)),
-              "gland": Mask((zones > 0).astype(np.int16), t2_aff, {}, labels={1: "gland"}),
-              "lesions": Mask(lesions, t2_aff, {}, labels=dict(les_names)),
-              "lesions_adc": Mask(lesions_adc, adc_aff, {}, labels=dict(les_names)),
-              "gland_adc": Mask((zones_adc > 0).astype(np.int16), adc_aff, {}, labels={1: "gland"})}
-    voxel_ml = (t2.voxel_volume_ml, adc.voxel_volume_ml)
-    lesion_truth = _lesion_truth(anat, t2_pts, lesions, zones, t2.data, adc_world, lesions_adc, adc.data, voxel_ml)
+    labels, lesion_truth = phantom_labels(anat, t2, adc, zones, lesions, zones_adc, lesions_adc, t2_pts, adc_world)
     gland_c = world_coords(t2_aff, t2_shape)[zones > 0].mean(axis=0)
     fov_c = t2_aff[:3, :3] @ ((np.asarray(t2_shape) - 1) / 2.0) + t2_aff[:3, 3]
     truth = {"domain": "prostate", "family": family, "n_lesions": len(lesion_truth), "lesions": lesion_truth,
