@@ -153,3 +153,17 @@ def test_subject_labels():
     assert bids.parse_name("sub-01_ses-a_ce-gd_T1w.nii.gz") == ({"sub": "01", "ses": "a", "ce": "gd"}, "T1w")
     assert bids.parse_name("notes.txt") is None
     assert _err(lambda: bids.subject_label("---")).code == ErrorCode.schema
+
+
+def test_bval_sidecar_gives_the_dwi_its_b_value(tmp_path):
+    cases = bids.write([_prostate_like("pr001", 3)], tmp_path)
+    dwi = load_sequence(cases[0].sequences["DWI"])
+    assert dwi.meta["b_value"] == 1400.0
+    assert "b_value" not in load_sequence(cases[0].sequences["T2w"]).meta
+    side = next(tmp_path.rglob("*_dwi.bval"))
+    side.write_text("0 1000 2000\n")
+    assert load_sequence(cases[0].sequences["DWI"]).meta["b_values"] == [0.0, 1000.0, 2000.0]
+    side.write_text("high\n")
+    with pytest.raises(ToolError) as e:
+        load_sequence(cases[0].sequences["DWI"])
+    assert e.value.code is ErrorCode.schema and "bval" in str(e.value)

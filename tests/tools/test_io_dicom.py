@@ -189,3 +189,11 @@ def test_writer_rejects_non_volumes_and_nan(tmp_path):
     with pytest.raises(ToolError) as e:
         write_series(Image(data, np.eye(4)), tmp_path / "y", "bad")
     assert e.value.code is ErrorCode.numeric
+
+
+def test_dwi_b_value_round_trips_through_dicom(tmp_path):
+    img = Image(np.ones((6, 5, 3), np.float32), _oblique_affine(False))
+    write_series(img, tmp_path / "dwi", "calc_bval", extra={"DiffusionBValue": 2000})
+    assert read_series(tmp_path / "dwi").meta["b_value"] == 2000.0
+    write_series(img, tmp_path / "t2", "AX_T2")
+    assert "b_value" not in read_series(tmp_path / "t2").meta

@@ -244,6 +244,8 @@ def _assemble(items: list[tuple[Path, Any]], folder: Path) -> Image:
             "SeriesDescription": str(first.get("SeriesDescription", "") or ""),
             "ProtocolName": str(first.get("ProtocolName", "") or ""),
             "Modality": str(first.get("Modality", "") or ""), "n_files": len(items)}
+    if first.get("DiffusionBValue") is not None:  # (0018,9087): a DWI series' b-value, s/mm^2
+        meta["b_value"] = float(first.DiffusionBValue)
     if not np.all(np.isfinite(data)):
         raise ToolError(ErrorCode.numeric, f"series in {folder} has NaN/Inf values", file=str(folder))
     return Image(data, LPS_TO_RAS @ lps, meta)

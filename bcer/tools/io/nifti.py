@@ -6,6 +6,7 @@ import os
 import tempfile
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -17,6 +18,23 @@ def _check_finite(data: np.ndarray, path: Path) -> None:
     if np.issubdtype(data.dtype, np.floating) and not np.all(np.isfinite(data)):
         bad = int(np.size(data) - np.count_nonzero(np.isfinite(data)))
         raise ToolError(ErrorCode.numeric, f"{bad} NaN/Inf voxels in {path.name}", file=str(path))
+
+
+def _bval_sidecar(path: Path) -> dict[str, Any]:
+    """The b-value(s) of a diffusion NIfTI from the FSL/BIDS ``.bval`` file beside it (one line of
+    numbers, one per volume): ``b_value`` when there is one, ``b_values`` when there are more."""
+    name = path.name
+    stem = name[:-7] if name.endswith(".nii.gz") else name[:-4] if name.endswith(".nii") else None
+    side = None if stem is None else path.with_name(stem + ".bval")
+    if side is None or not side.is_file():
+        return {}
+    try:
+        values = [float(v) for v in side.read_text().split()]
+    except ValueError as e:
+        raise ToolError(ErrorCode.schema, f"{side.name} is not a list of b-values: {e}", file=str(side)) from e
+    if not values:
+        return {}
+    return {"b_value": values[0]} if len(values) == 1 else {"b_values": values}
 
 
 def read_nifti(path: str | Path, kind: str = "image", labels: dict[int, str] | None = None,
@@ -48,7 +66,7 @@ def read_nifti(path: str | Path, kind: str = "image", labels: dict[int, str] | N
         raise ToolError(ErrorCode.shape, f"{path.name} has shape {data.shape}; expected 3-D or 3-D+time",
                         file=str(path))
     _check_finite(data, path)
-    meta = {"source": str(path)}
+    meta: dict[str, Any] = {"source": str(path), **_bval_sidecar(path)}
     if kind == "mask":
         return Mask(data.astype(np.int16), affine, meta, labels=dict(labels or {}))
     data = data.astype(np.float32, copy=False)
