@@ -33,7 +33,7 @@ from scipy import ndimage
 
 from bcer.datasets.cardiac import make_cardiac
 from bcer.metrics import frame_match
-from bcer.tools.cardiac import LV, blood_volume_curve
+from bcer.tools.cardiac import LV, blood_fractions, blood_volume_curve
 
 GROUPS = ["NOR", "DCM", "HCM", "MINF", "RV"]
 RESULTS = Path(__file__).parent / "results"
@@ -59,26 +59,8 @@ def interior_curve(cine, lab: np.ndarray, erode: int) -> np.ndarray:
     lv = lab == LV
     always = ndimage.binary_erosion(lv.all(axis=3), structure=np.ones((3, 3, 1), bool), iterations=erode)
     pv = blood_volume_curve(cine, lab)
-    img = np.asarray(cine.data, np.float64)
-    # the same fractions as blood_volume_curve, only for the always-LV voxels: replace them by 1
-    interior = ndimage.binary_erosion(lv, structure=np.ones((3, 3, 1, 1), bool))
-    blood = float(np.median(img[interior] if interior.any() else img[lv]))
-    level = float(np.median(img[lab == 2]))
-    frac = np.clip((img - level) / (blood - level), 0.0, 1.0)[always]  # (n_always, T)
+    frac = np.clip(blood_fractions(cine, lab)[0], 0.0, 1.0)[always]  # (n_always, T)
     return pv + (1.0 - frac).sum(axis=0) * cine.voxel_volume_ml
-
-
-def _fractions(cine, lab: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``blood_volume_curve``'s unclipped per-voxel fraction (X,Y,Z,T) and its fixed region."""
-    img = np.asarray(cine.data, np.float64)
-    lv = lab == LV
-    interior = ndimage.binary_erosion(lv, structure=np.ones((3, 3, 1, 1), bool))
-    blood = float(np.median(img[interior] if interior.any() else img[lv]))
-    level = float(np.median(img[lab == 2]))
-    cross = np.zeros((3, 3, 1), bool)
-    cross[:, 1], cross[1, :] = True, True
-    region = ndimage.binary_dilation(lv.any(axis=3), structure=cross, iterations=2) & ~(lab == 1).any(axis=3)
-    return (img - level) / (blood - level), region
 
 
 def posterior_fraction(y: np.ndarray, s: float, mixed: float) -> np.ndarray:
@@ -98,7 +80,7 @@ def posterior_fraction(y: np.ndarray, s: float, mixed: float) -> np.ndarray:
 
 def variant_curves(cine, lab: np.ndarray) -> dict[str, list[float]]:
     """The gated, PCA and linear variants of the blood curve (see the module docstring)."""
-    f, region = _fractions(cine, lab)
+    f, region = blood_fractions(cine, lab)
     clipped = np.clip(f, 0.0, 1.0) * region[..., None]
     per_slice = clipped.sum(axis=(0, 1))  # (Z, T)
     m = clipped[region]  # (V, T)

@@ -69,6 +69,16 @@ def blood_volume_curve(cine: Cine, data: np.ndarray) -> np.ndarray | None:
     region vs 25 of 40 per-frame, every miss a tie in the truth (within 0.5 % of EDV). None
     when the levels are not usable (no myocardium, or blood not brighter than it).
     """
+    fr = blood_fractions(cine, data)
+    if fr is None:
+        return None
+    frac, region = fr
+    return (np.clip(frac, 0.0, 1.0) * region[..., None]).sum(axis=(0, 1, 2)) * cine.voxel_volume_ml
+
+
+def blood_fractions(cine: Cine, data: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``blood_volume_curve``'s per-voxel blood fraction ``(I - myo) / (blood - myo)``, unclipped
+    (X, Y, Z, T), and its fixed region (X, Y, Z); None when the levels are not usable."""
     img = np.asarray(cine.data, np.float64)
     lv, myo = data == LV, data == MYO
     if not myo.any():
@@ -81,8 +91,7 @@ def blood_volume_curve(cine: Cine, data: np.ndarray) -> np.ndarray | None:
     cross = np.zeros((3, 3, 1), bool)
     cross[:, 1], cross[1, :] = True, True
     region = ndimage.binary_dilation(lv.any(axis=3), structure=cross, iterations=2) & ~(data == RV).any(axis=3)
-    frac = np.clip((img - level) / (blood - level), 0.0, 1.0) * region[..., None]
-    return frac.sum(axis=(0, 1, 2)) * cine.voxel_volume_ml
+    return (img - level) / (blood - level), region
 
 
 def outlier_frames(curve: np.ndarray) -> np.ndarray:
