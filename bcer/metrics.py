@@ -17,6 +17,8 @@ Conventions (the same everywhere):
   curve: exact, or within ``tolerance`` x the curve's maximum (0: only an exact tie in the
   truth's own voxel count, which ``argmax`` resolves to the earlier frame for no physiological
   reason).
+- ``wilson_interval`` is the 95 % score interval of a proportion ``k / n`` (a sensitivity or an
+  accuracy over a few cases): small samples get honest, asymmetric bounds, never [p, p].
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["box_iou", "box_volume", "dice", "frame_match", "nrmse", "nrmse_scaled", "object_mask", "psnr"]
+__all__ = ["box_iou", "box_volume", "dice", "frame_match", "nrmse", "nrmse_scaled", "object_mask", "psnr", "wilson_interval"]
 
 
 def dice(a: np.ndarray, b: np.ndarray) -> float:
@@ -68,6 +70,18 @@ def frame_match(chosen: int, truth_frame: int, curve: Sequence[float], tolerance
         return True
     v = np.asarray(curve, np.float64)
     return bool(abs(v[chosen] - v[truth_frame]) <= tolerance * float(v.max()))
+
+
+def wilson_interval(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score interval of the proportion ``k / n`` (default 95 %); ``(0, 1)`` when ``n`` is 0."""
+    if n <= 0:
+        return 0.0, 1.0
+    if not 0 <= k <= n:
+        raise ValueError(f"wilson_interval: k={k} is outside 0..n={n}")
+    p, z2 = k / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * np.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return max(0.0, float(centre - half)), min(1.0, float(centre + half))
 
 
 def nrmse(x: np.ndarray, ref: np.ndarray) -> float:

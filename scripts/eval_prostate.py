@@ -28,7 +28,7 @@ import numpy as np
 
 from bcer.datasets.geometry import world_coords
 from bcer.datasets.prostate import make_prostate
-from bcer.metrics import box_iou, dice
+from bcer.metrics import box_iou, dice, wilson_interval
 from bcer.tools.registry import call_tool
 
 
@@ -128,8 +128,9 @@ def main() -> None:
         reg = [r["reg_mm"] for r in rows]
         summary.update(reg_mean=float(np.mean(reg)), reg_max=float(np.max(reg)))
     if args.stages in ("detect", "all"):
-        n_true = sum(r["n_true"] for r in rows)
-        summary.update(sensitivity=sum(r["hits"] for r in rows) / max(n_true, 1),
+        n_true, hits = sum(r["n_true"] for r in rows), sum(r["hits"] for r in rows)
+        summary.update(lesions=n_true, found=hits, sensitivity=hits / max(n_true, 1),
+                       sensitivity_ci95=[round(x, 3) for x in wilson_interval(hits, n_true)],
                        fp_per_case=sum(r["fp"] for r in rows) / len(rows),
                        box_iou=float(np.mean([x for r in rows for x in r["ious"]])) if n_true else None,
                        pirads_accuracy=float(np.mean([r["pirads_ok"] for r in rows])) if "pirads_ok" in rows[0] else None)

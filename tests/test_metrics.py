@@ -53,3 +53,15 @@ def test_frame_match_exact_tie_and_tolerance():
     assert not metrics.frame_match(3, 1, curve)  # 0.5 mL apart: not a tie
     assert metrics.frame_match(3, 1, curve, tolerance=0.005)  # within 0.5 % of the maximum (0.6 mL)
     assert not metrics.frame_match(0, 1, curve, tolerance=0.005)
+
+
+def test_wilson_interval_known_values():
+    from bcer.metrics import wilson_interval
+
+    lo, hi = wilson_interval(11, 14)  # 0.786: the published Wilson bounds are 0.524 and 0.924
+    assert abs(lo - 0.5241) < 1e-3 and abs(hi - 0.9243) < 1e-3
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    lo, hi = wilson_interval(10, 10)
+    assert hi == pytest.approx(1.0) and 0.72 < lo < 0.73  # 10/10 still leaves room below 0.9
+    with pytest.raises(ValueError):
+        wilson_interval(5, 4)
