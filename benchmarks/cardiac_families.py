@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from bcer.datasets.cardiac import GROUPS, make_cardiac
+from bcer.datasets.cardiac import GROUPS, family_ranges, make_cardiac
 from bcer.metrics import dice, frame_match
 from bcer.tools.registry import call_tool
 
@@ -129,19 +129,14 @@ def main() -> None:
         rescore(args.rescore)
         return
     logging.basicConfig(level=logging.WARNING)
-    if args.atrium is not None:
-        import dataclasses
-
-        import bcer.datasets.cardiac as cardiac
-
-        cardiac.FAMILY_RANGES[args.family] = dataclasses.replace(cardiac.FAMILY_RANGES[args.family],
-                                                                 atrium=args.atrium)
+    pinned = {} if args.atrium is None else {"atrium": args.atrium}
     rows = []
     t0 = time.time()
     for i in range(args.cases):
         border = bool(args.borderline_every) and i % args.borderline_every == args.borderline_every - 1
-        ph = make_cardiac(f"{args.family[:2]}{i:03d}", args.seed0 + i, args.size, group=GROUPS[i % 5],
-                          family=args.family, borderline=border)
+        with family_ranges(args.family, **pinned):
+            ph = make_cardiac(f"{args.family[:2]}{i:03d}", args.seed0 + i, args.size, group=GROUPS[i % 5],
+                              family=args.family, borderline=border)
         try:
             row = run_case(ph, args.bundle, args.method)
         except Exception as e:  # a failed case is a row, not the end of the measurement

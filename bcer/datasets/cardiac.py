@@ -44,8 +44,9 @@ accurate measurements and group accuracy is not 1.0 by construction.
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 from scipy import ndimage
@@ -162,6 +163,23 @@ _BORDERLINE: dict[str, list[tuple[dict[str, tuple[float, float]], tuple[str, flo
 }
 # a borderline case's measured value must lie within this distance of its threshold
 _BORDER_BAND = {"lv_ef_pct": 4.0, "lv_edvi_ml_m2": 8.0, "rv_ef_pct": 4.0, "rv_edvi_ml_m2": 10.0}
+
+
+@contextmanager
+def family_ranges(family: str, **fields: Any) -> Iterator[FamilyRanges]:
+    """Replace some of a family's ranges while the block runs (a stress test's pinned nuisance,
+    a training distribution wider than the family's); restored afterwards, even on error.
+
+    A pinned range ``(v, v)`` still consumes its random draw, so case ``k`` keeps its heart,
+    group and other nuisances: conditions are paired. Raises ``TypeError`` for a field
+    ``FamilyRanges`` does not have.
+    """
+    before = FAMILY_RANGES[family]
+    FAMILY_RANGES[family] = replace(before, **fields)
+    try:
+        yield FAMILY_RANGES[family]
+    finally:
+        FAMILY_RANGES[family] = before
 
 
 def borderline_ok(truth: dict[str, Any], group: str, target: tuple[str, float] | None) -> bool:

@@ -77,3 +77,25 @@ def test_unknown_family() -> None:
     with pytest.raises(ToolError) as e:
         make_cardiac("x", 0, family="held-out")
     assert e.value.code is ErrorCode.value_range and "heldout" in e.value.hint
+
+
+def test_family_ranges_pins_one_nuisance_and_keeps_the_rest_paired() -> None:
+    from bcer.datasets.cardiac import family_ranges
+
+    before = FAMILY_RANGES["randomised"]
+    plain = make_cardiac("p0", 5003, "small", group="HCM", family="randomised")
+    with family_ranges("randomised", noise=(0.06, 0.06)) as pinned:
+        assert pinned.noise == (0.06, 0.06) and FAMILY_RANGES["randomised"] is pinned
+        noisy = make_cardiac("p0", 5003, "small", group="HCM", family="randomised")
+    assert FAMILY_RANGES["randomised"] is before  # restored
+    # the pinned draw consumed its random number: same heart, same frames, only the noise differs
+    assert noisy.truth["ed_frame"] == plain.truth["ed_frame"] and noisy.truth["es_frame"] == plain.truth["es_frame"]
+    assert np.array_equal(np.asarray(noisy.labels["seg"].data), np.asarray(plain.labels["seg"].data))
+    assert not np.allclose(np.asarray(noisy.sequences["CINE"].data), np.asarray(plain.sequences["CINE"].data))
+    with pytest.raises(TypeError):
+        with family_ranges("randomised", no_such_range=(1, 2)):
+            pass
+    with pytest.raises(RuntimeError):
+        with family_ranges("randomised", liver=1.0):
+            raise RuntimeError("a failing case")
+    assert FAMILY_RANGES["randomised"] is before
