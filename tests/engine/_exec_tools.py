@@ -54,6 +54,13 @@ def step(img: Image, params: Step) -> Image:
     return Image(np.asarray(img.data) + params.add, img.affine, {"pid": os.getpid()})
 
 
+@tool("xtoy.step_1cpu", resources={"num_cpus": 1, "memory_mb": 64}, milestone="stepped")
+def step_1cpu(img: Image, params: Step) -> Image:
+    """``xtoy.step`` holding a whole CPU: on a cluster of 1-CPU nodes, cases cannot all pack onto
+    one node (a quarter-CPU step can, as Ray's hybrid policy sometimes chooses)."""
+    return step(img, params)
+
+
 @tool("xtoy.join", resources=CHEAP, milestone="joined")
 def join(a: Image, b: Image) -> Image:
     """Sum of two images."""

@@ -36,8 +36,8 @@ def main(out: Path) -> dict:
         p = write_nifti(Image(np.full((6, 6, 3), float(i), np.float32), np.eye(4)), d / "t1.nii.gz")
         cases.append(Case(id=f"c{i}", root=str(d), sequences={"T1": SequenceRef(path=str(p))}))
     plan = PlanSketch(goal="slow steps", steps=[
-        {"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1", "sleep_s": 1.5}},
-        {"id": "b", "tool": "xtoy.step", "args": {"img": "@node.a.image", "sleep_s": 1.5}}])
+        {"id": "a", "tool": "xtoy.step_1cpu", "args": {"img": "@seq.T1", "sleep_s": 1.5}},
+        {"id": "b", "tool": "xtoy.step_1cpu", "args": {"img": "@node.a.image", "sleep_s": 1.5}}])
     contract = TaskContract(id="mn", domain="any", goal="g", inputs=["T1"], milestones=["stepped"],
                             deliverables=[DeliverableSpec(name="out", kind="image", milestone="stepped",
                                                           file="out.nii.gz",
