@@ -36,6 +36,7 @@ import numpy as np
 
 from bcer.bench import run_bench
 from bcer.bench.cases import TASK_DATA, supports_family
+from bcer.metrics import wilson_interval
 
 ROOT = Path(__file__).resolve().parents[1]
 ALWAYS = ("prostate_report", "register_prostate")
@@ -103,6 +104,29 @@ def quality_table(report: dict[str, Any]) -> dict[str, Any]:
     return table
 
 
+def pooled_lesions(cases: list[dict[str, Any]], work: Path, task: str = "prostate_report") -> dict[str, Any] | None:
+    """Lesion detection pooled over the cohort: true lesions found / true lesions, with its 95 %
+    Wilson interval, and false positives per case. The table's ``lesion_sensitivity`` is a mean
+    of per-case fractions over the cases that have lesions, which weighs a one-lesion case like
+    a three-lesion one; the pooled count is what a reader of "sensitivity" expects. The number
+    of true lesions per case is read from the truth the bench wrote (``bcer_truth.json``)."""
+    truth = {f.parent.name: json.loads(f.read_text()) for f in (work / "data" / task).glob("*/*/bcer_truth.json")}
+    rows = [r for r in cases if r["task"] == task and r["case"] in truth]
+    if not rows:
+        return None
+    n_true = hits = fp = 0
+    for r in rows:
+        n = len(truth[r["case"]]["values"].get("lesions", []))
+        sens = (r.get("quality") or {}).get("lesion_sensitivity")
+        n_true += n
+        hits += int(round((sens or 0.0) * n))  # an undelivered case finds nothing
+        fp += (r.get("quality") or {}).get("lesion_false_positives") or 0
+    lo, hi = wilson_interval(hits, n_true)
+    return {"cases": len(rows), "true_lesions": n_true, "found": hits,
+            "sensitivity": round(hits / n_true, 4) if n_true else None, "sensitivity_95ci": [round(lo, 3), round(hi, 3)],
+            "false_positives_per_case": round(fp / len(rows), 4)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", type=int, default=10)
@@ -128,7 +152,8 @@ def main() -> None:
         "what": f"bcer bench on the {args.family!r} phantom family: SR/TCR and quality against exact truth",
         "rule": "the held-out family is never used to tune or train anything (bcer/datasets/prostate.py)",
         "command": f"python benchmarks/heldout.py --cases {args.cases} --size {args.size} --family {args.family}"
-                   + ("" if args.tasks == "auto" else f" --tasks {args.tasks}"),
+                   + ("" if args.tasks == "auto" else f" --tasks {args.tasks}")
+                   + (f" --seed {args.seed}" if args.seed else ""),
         "commit": _commit(), "load_before": load_before, "load_after": _load(),
         "cpus": os.cpu_count(), "wall_s": round(time.time() - t0, 1),
         "config": report["config"], "tasks_without_family": skipped,
@@ -136,6 +161,8 @@ def main() -> None:
         "cases": [{k: r.get(k) for k in ("task", "case", "status", "sr", "tcr", "error_code", "error_message",
                                          "duration_s", "quality")} for r in report["cases"]],
     }
+    if "prostate_report" in doc["table"]:
+        doc["table"]["prostate_report"]["pooled_lesions"] = pooled_lesions(doc["cases"], args.work)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
     for task, t in doc["table"].items():
@@ -143,6 +170,8 @@ def main() -> None:
         for m, q in t["quality"].items():
             goals = "; ".join(f"{g['goal']}: {'met' if g['met'] else 'MISSED'}" for g in q["goals"])
             print(f"  {m}: mean {q['mean']} min {q['min']} max {q['max']} (n={q['n']}) {goals}")
+        if t.get("pooled_lesions"):
+            print(f"  pooled lesions: {t['pooled_lesions']}")
     print(f"-> {out}")
 
 
