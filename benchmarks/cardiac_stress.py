@@ -60,7 +60,8 @@ CONDITIONS: dict[str, dict[str, Any]] = {
 }
 
 
-def run_condition(name: str, cases: int, seed0: int, every: int, bundle: str | None = None) -> dict[str, Any]:
+def run_condition(name: str, cases: int, seed0: int, every: int, bundle: str | None = None,
+                  method: str = "auto") -> dict[str, Any]:
     rows, errors = [], []
     for i in range(cases):
         border = bool(every) and i % every == every - 1
@@ -68,7 +69,7 @@ def run_condition(name: str, cases: int, seed0: int, every: int, bundle: str | N
             ph = make_cardiac(f"st{i:03d}", seed0 + i, "small", group=GROUPS[i % 5], family="randomised",
                               borderline=border)
         try:
-            rows.append(run_case(ph, bundle))
+            rows.append(run_case(ph, bundle, method))
         except Exception as e:  # a failed case is counted, not the end of the measurement
             errors.append({"case": ph.case_id, "error": f"{type(e).__name__}: {e}"})
     out = summarise(rows) | {"failed": len(errors), "errors": errors}
@@ -84,6 +85,8 @@ def main() -> None:
     ap.add_argument("--seed0", type=int, default=5000)
     ap.add_argument("--borderline-every", type=int, default=3)
     ap.add_argument("--bundle", default=None, help="seg.cardiac bundle folder (default: the shipped one)")
+    ap.add_argument("--method", default="auto", choices=["auto", "network", "classical", "hybrid"],
+                    help="seg.cardiac method (with --bundle, 'hybrid' is what auto does with the shipped one)")
     ap.add_argument("--only", nargs="*", default=None, help="run these conditions only")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
@@ -96,7 +99,7 @@ def main() -> None:
     t0, table = time.time(), {}
     for name in names:
         t = time.time()
-        table[name] = run_condition(name, args.cases, args.seed0, args.borderline_every, args.bundle)
+        table[name] = run_condition(name, args.cases, args.seed0, args.borderline_every, args.bundle, args.method)
         s = table[name]
         print(f"{name:22s} Dice LV {s['dice']['lv']:.3f} MYO {s['dice']['myo']:.3f} RV {s['dice']['rv']:.3f} "
               f"ED/ES {s['ed_es_exact']:.2f} EF err {s['ef_error_pts_mean']:.2f} group {s['group_accuracy']:.2f} "
