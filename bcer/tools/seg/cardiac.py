@@ -210,7 +210,10 @@ def _crop(cine: Cine, box: tuple[slice, slice, slice]) -> Cine:
     return Cine(np.asarray(cine.data)[box], affine, dict(cine.meta))
 
 
-@tool("seg.cardiac", version="2.4", milestone="segmentation",
+# The version names the shipped network too: the node cache keys on (tool, version, params,
+# inputs), so new weights under the same version would be served old labels from a cache.
+# 2.5 = cardiac_unet2d 0.3.0 (pericardial fat widened in training); 2.4 ran 0.2.0.
+@tool("seg.cardiac", version="2.5", milestone="segmentation",
       resources={"num_cpus": 1, "memory_mb": 2048}, gpu="optional", output="labels")
 def cardiac(cine: Cine, params: CardiacParams, device: str = "cpu") -> Mask:
     """RV/MYO/LV labels (1/2/3) on every frame of a short-axis cine.
