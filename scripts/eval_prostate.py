@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from bcer.datasets.geometry import world_coords
-from bcer.datasets.prostate import make_prostate
+from bcer.datasets.prostate import family_ranges, make_prostate
 from bcer.metrics import box_iou, dice, wilson_interval
 from bcer.tools.registry import call_tool
 
@@ -50,7 +50,38 @@ def lesion_scores(found: list, truth: list[dict]) -> dict[str, Any]:
     return {"n_true": len(truth), "hits": hits, "fp": fp, "ious": ious}
 
 
-def run_case(ph, stages: str = "all") -> dict[str, Any]:
+def _seg_reg(ph, cache: str | None) -> tuple[dict[str, Any], dict[str, Any], float, float]:
+    """seg.prostate and register.rigid on one case, read from ``cache`` (a folder) when a run
+    before stored them there: both are deterministic, so a detector change is measured on the
+    same glands and transforms without rerunning them."""
+    import pickle
+    from pathlib import Path
+
+    path = Path(cache) / f"{ph.case_id}.pkl" if cache else None
+    if path is not None and path.exists():
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    t0 = time.time()
+    seg = call_tool("seg.prostate", {"t2w": ph.sequences["T2w"], "adc": ph.sequences["ADC"]})
+    t1 = time.time()
+    reg = call_tool("register.rigid", {"fixed": ph.sequences["T2w"], "moving": ph.sequences["ADC"]})
+    out = ({"gland": seg["gland"], "zones": seg["zones"]}, {"transform": reg["transform"]}, t1 - t0, time.time() - t1)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as f:
+            pickle.dump(out, f)
+    return out
+
+
+def _describe(row: dict[str, Any], found, ph) -> None:
+    """Scores and what was there and what was found, for a table of misses."""
+    row.update(lesion_scores(found.items, ph.truth["lesions"]))
+    row["truth"] = [(les["zone"], round(les["size_mm"], 1), round(les["adc"]), les.get("borderline"))
+                    for les in ph.truth["lesions"]]
+    row["found"] = [(f.zone, round(f.attributes["size_mm"], 1), round(f.attributes["adc"])) for f in found.items]
+
+
+def run_case(ph, stages: str = "all", cache: str | None = None) -> dict[str, Any]:
     t2w, adc, dwi = ph.sequences["T2w"], ph.sequences["ADC"], ph.sequences["DWI"]
     row: dict[str, Any] = {"case": ph.case_id, "gland_ml": round(ph.truth["gland_volume_ml"], 1)}
     if stages == "detect":  # detection alone: truth gland, zones and transform
@@ -59,24 +90,26 @@ def run_case(ph, stages: str = "all") -> dict[str, Any]:
         tx = Transform(np.asarray(ph.truth["misalignment"]["matrix"]), "rigid")
         found = call_tool("detect.prostate_lesions", {"adc": adc, "dwi": dwi, "gland": ph.labels["gland"],
                                                       "zones": ph.labels["zones"], "t2w": t2w, "transform": tx})["findings"]
-        row.update(lesion_scores(found.items, ph.truth["lesions"]))
-        row["truth"] = [(les["zone"], round(les["size_mm"], 1), round(les["adc"]), les.get("borderline"))
-                        for les in ph.truth["lesions"]]
-        row["found"] = [(f.zone, round(f.attributes["size_mm"], 1), round(f.attributes["adc"])) for f in found.items]
+        _describe(row, found, ph)
         row["thr"] = round(found.meta["adc_threshold"]), round(found.meta["adc_noise_sd"])
         return row
-    if stages != "reg":
+    if stages == "all":
+        seg, reg, seg_s, reg_s = _seg_reg(ph, cache)
+        row["seg_s"], row["reg_s"] = round(seg_s, 2), round(reg_s, 2)
+    if stages == "seg":
         t0 = time.time()
         seg = call_tool("seg.prostate", {"t2w": t2w, "adc": adc})
         row["seg_s"] = round(time.time() - t0, 2)
+    if stages != "reg":
         row["dice"] = round(dice(seg["gland"].data > 0, ph.labels["gland"].data > 0), 3)
         row["seg_ml"] = round(seg["gland"].meta.get("gland_ml", float("nan")), 1)
         row["seg_method"] = seg["gland"].meta.get("method")
     if stages == "seg":
         return row
-    t0 = time.time()
-    reg = call_tool("register.rigid", {"fixed": t2w, "moving": adc})
-    row["reg_s"] = round(time.time() - t0, 2)
+    if stages == "reg":
+        t0 = time.time()
+        reg = call_tool("register.rigid", {"fixed": t2w, "moving": adc})
+        row["reg_s"] = round(time.time() - t0, 2)
     truth_m = np.asarray(ph.truth["misalignment"]["matrix"])
     row["reg_mm"] = round(registration_error_mm(truth_m, reg["transform"].matrix, ph.labels["gland"]), 3)
     row["identity"] = bool(ph.truth["misalignment"].get("identity", False))
@@ -84,13 +117,25 @@ def run_case(ph, stages: str = "all") -> dict[str, Any]:
         return row
     found = call_tool("detect.prostate_lesions", {"adc": adc, "dwi": dwi, "gland": seg["gland"], "zones": seg["zones"],
                                                   "t2w": t2w, "transform": reg["transform"]})["findings"]
-    row.update(lesion_scores(found.items, ph.truth["lesions"]))
+    _describe(row, found, ph)
     label = call_tool("classify.pirads", {"findings": found})["classification"].label
     got = int(label.split()[-1])
     want = int(ph.truth["max_category"])
     row["pirads"] = f"{got}/{want}"
     row["pirads_ok"] = got == want or (want <= 2 and got <= 2)
     return row
+
+
+def _run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    for k in range(args.seed0, args.seed0 + args.cases):  # the case, its seed and lesion pattern: one index
+        ph = make_prostate(f"{args.family[:2]}{k:03d}", k, args.size, n_lesions=(1, 2, 0)[k % 3],
+                           family=args.family, borderline=args.borderline and k % 3 == 1)
+        row = run_case(ph, args.stages, args.cache)
+        rows.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "ious"} | ({"ious": [round(x, 2) for x in row["ious"]]}
+                                                                        if "ious" in row else {})), flush=True)
+    return rows
 
 
 def main() -> None:
@@ -102,6 +147,10 @@ def main() -> None:
     ap.add_argument("--stages", default="all", choices=("seg", "reg", "detect", "all"))
     ap.add_argument("--json", default=None)
     ap.add_argument("--borderline", action="store_true", help="every third case has a borderline lesion (as the bench)")
+    ap.add_argument("--cache", default=None, help="folder of seg/register outputs per case (--stages all): read "
+                                                  "when there, else computed and stored")
+    ap.add_argument("--pin", action="append", default=[], metavar="FIELD=LO[,HI]",
+                    help="replace one range of the family for the run (prostate.family_ranges), e.g. tz_scale=0.8")
     ap.add_argument("--bundle-dir", default=None, help="use this prostate_unet3d folder in place of the shipped one")
     args = ap.parse_args()
     if args.bundle_dir:
@@ -111,16 +160,12 @@ def main() -> None:
 
         candidate = Path(args.bundle_dir).resolve()
         prostate_net.shipped_prostate_bundle = lambda: candidate  # seg.prostate looks it up per call
-    rows = []
-    for k in range(args.seed0, args.seed0 + args.cases):  # the case, its seed and lesion pattern: one index
-        ph = make_prostate(f"{args.family[:2]}{k:03d}", k, args.size, n_lesions=(1, 2, 0)[k % 3],
-                           family=args.family, borderline=args.borderline and k % 3 == 1)
-        row = run_case(ph, args.stages)
-        rows.append(row)
-        print(json.dumps({k: v for k, v in row.items() if k != "ious"} | ({"ious": [round(x, 2) for x in row["ious"]]}
-                                                                        if "ious" in row else {})), flush=True)
+    pins = {f: tuple(float(x) for x in v.split(",")) * (1 if "," in v else 2)
+            for f, v in (p.split("=", 1) for p in args.pin)}
+    with family_ranges(args.family, **pins):
+        rows = _run(args)
     summary: dict[str, Any] = {"family": args.family, "cases": len(rows), "size": args.size, "seed0": args.seed0,
-                               "bundle_dir": args.bundle_dir or "shipped"}
+                               "bundle_dir": args.bundle_dir or "shipped", "pinned": pins}
     if args.stages in ("seg", "all"):
         summary.update(dice_mean=float(np.mean([r["dice"] for r in rows])),
                        dice_min=float(np.min([r["dice"] for r in rows])))

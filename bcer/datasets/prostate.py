@@ -39,8 +39,9 @@ PI-RADS category (simplified v2.1, the exact rule ``pirads_category`` applies):
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 from scipy import ndimage
@@ -56,7 +57,8 @@ from .phantom import Phantom, Size
 
 log = logging.getLogger(__name__)
 
-__all__ = ["make_prostate", "pirads_category", "PIRADS_RULE", "TISSUES", "B_VALUE", "GRIDS", "FAMILIES"]
+__all__ = ["make_prostate", "pirads_category", "PIRADS_RULE", "TISSUES", "B_VALUE", "GRIDS", "FAMILIES",
+           "family_ranges"]
 
 B_VALUE = 1400.0  # s/mm^2
 ADC_MARKED = 850.0  # 1e-6 mm^2/s: below this, DWI/ADC is "markedly" restricted
@@ -145,6 +147,29 @@ GRIDS: dict[str, dict[str, tuple[tuple[float, float, float], tuple[int, int, int
     "full": {"T2w": ((0.5, 0.5, 3.0), (320, 304, 24)), "ADC": ((2.0, 2.0, 3.0), (84, 80, 24))},
 }
 
+
+
+@contextmanager
+def family_ranges(family: str, **fields: Any) -> Iterator[dict[str, Any]]:
+    """Replace some of a family's ranges in ``FAMILIES`` while the block runs (a stress test's
+    pinned nuisance, e.g. ``tz_scale=(0.8, 0.8)`` for a thin PZ); restored afterwards, even on
+    error.
+
+    A pinned range ``(v, v)`` still consumes its random draw, so case ``k`` keeps everything
+    drawn before it and all draws of a fixed count after it (gland, rectum, grids, motion,
+    intensities): conditions are paired. Lesion placement is rejection sampling in the zones,
+    so where a pinned anatomy changes the zones, lesion positions may differ. Raises
+    ``KeyError`` for a field the family does not have (a typo would pin nothing).
+    """
+    before = FAMILIES[family]
+    unknown = sorted(set(fields) - set(before))
+    if unknown:
+        raise KeyError(f"family {family!r} has no ranges {unknown}")
+    FAMILIES[family] = {**before, **fields}
+    try:
+        yield FAMILIES[family]
+    finally:
+        FAMILIES[family] = before
 
 def pirads_category(zone: str, size_mm: float, adc: float, t2_ratio: float) -> int:
     """Simplified PI-RADS v2.1 category of one lesion (the rule in the module docstring)."""

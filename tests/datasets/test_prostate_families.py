@@ -141,3 +141,31 @@ def test_family_plumbing_and_errors(tmp_path) -> None:
     with pytest.raises(ToolError) as e:
         family_kwargs(base_only, "heldout")
     assert e.value.code is ErrorCode.value_range and "base only" in str(e.value)
+
+
+def test_family_ranges_pins_a_range_paired_and_restores() -> None:
+    """A pinned tz_scale (0.8: a larger TZ, a thin PZ) changes only the zones: the pinned draw
+    still consumes its random number, so the same case keeps its gland, motion, grids and
+    intensities (paired conditions); the table is restored afterwards, also on error, and a
+    misspelt field is refused."""
+    from bcer.datasets.prostate import family_ranges
+
+    before = dict(FAMILIES["randomised"])
+    free = make_prostate("ra005", 5, n_lesions=0, family="randomised")
+    with family_ranges("randomised", tz_scale=(0.8, 0.8)) as rng_table:
+        assert rng_table["tz_scale"] == (0.8, 0.8)
+        thin = make_prostate("ra005", 5, n_lesions=0, family="randomised")
+    assert FAMILIES["randomised"] == before
+    g0, g1 = np.asarray(free.labels["gland"].data), np.asarray(thin.labels["gland"].data)
+    assert np.array_equal(g0, g1)
+    assert np.allclose(free.labels["gland"].affine, thin.labels["gland"].affine)
+    for key in ("capsule_mm", "tissue_values", "has_bladder", "has_vesicles", "misalignment"):
+        assert free.truth[key] == thin.truth[key], key  # drawn right after tz_scale, and later
+    assert free.truth["intensity"] == thin.truth["intensity"]
+    assert thin.truth["tz_volume_ml"] > 1.2 * free.truth["tz_volume_ml"]
+    assert thin.truth["pz_volume_ml"] < free.truth["pz_volume_ml"]
+    with pytest.raises(RuntimeError), family_ranges("randomised", tz_scale=(0.8, 0.8)):
+        raise RuntimeError("inside")
+    assert FAMILIES["randomised"] == before
+    with pytest.raises(KeyError), family_ranges("randomised", tz_scal=(0.8, 0.8)):
+        pass

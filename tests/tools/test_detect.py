@@ -176,17 +176,20 @@ def test_noise_sd_from_neighbour_differences_ignores_structure() -> None:
     assert np.std(a) > 250  # the spread a value-based estimate would have used
 
 
-def _synthetic(lesion: tuple[float, float] | None, carve: bool = False, pz: float = 1700.0, tz: float = 1150.0):
+def _synthetic(lesion: tuple[float, float] | None, carve: bool = False, pz: float = 1700.0, tz: float = 1150.0,
+               tz_semi: tuple[float, float, float] = (15.0, 10.0, 13.0), tz_y: float = 5.0):
     """A gland on a 2.5 x 2.5 x 3.6 mm grid (PZ shell around a TZ core) in fat (ADC 350, low S0),
     b = 2000 DWI, ADC noise SD 50; optionally a 9 mm lesion of ADC ``lesion[0]`` in the posterior
-    PZ at the capsule, cut out of the gland mask when ``carve`` (as a segmentation does)."""
+    PZ at the capsule, cut out of the gland mask when ``carve`` (as a segmentation does).
+    ``tz_semi``/``tz_y``: the TZ's semi-axes and y centre (mm); a larger TZ thins the PZ."""
     rng = np.random.default_rng(7)
     shape, sp = (48, 48, 14), np.array([2.5, 2.5, 3.6])
     aff = np.diag([*sp, 1.0])
     aff[:3, 3] = -sp * (np.array(shape) - 1) / 2
     pts = np.stack(np.meshgrid(*[(np.arange(n) - (n - 1) / 2) * s for n, s in zip(shape, sp)], indexing="ij"), -1)
     r_gl = np.sqrt((pts[..., 0] / 24) ** 2 + (pts[..., 1] / 18) ** 2 + (pts[..., 2] / 18) ** 2)
-    r_tz = np.sqrt((pts[..., 0] / 15) ** 2 + ((pts[..., 1] - 5) / 10) ** 2 + (pts[..., 2] / 13) ** 2)
+    r_tz = np.sqrt((pts[..., 0] / tz_semi[0]) ** 2 + ((pts[..., 1] - tz_y) / tz_semi[1]) ** 2
+                   + (pts[..., 2] / tz_semi[2]) ** 2)
     zones = np.where(r_gl < 1, np.where(r_tz < 1, 2, 1), 0).astype(np.int16)
     adc = np.select([zones == 2, zones == 1], [tz, pz], 350.0)
     s0 = np.select([zones == 2, zones == 1], [800.0, 1000.0], 60.0)
@@ -300,3 +303,35 @@ def test_lesion_mostly_outside_the_gland_mask_keeps_its_box() -> None:
     f = found.items[0]
     assert box_iou(f.box_voxel, truth_box) >= 0.5 and f.zone == "PZ", (f.box_voxel, truth_box)
     assert f.attributes["size_mm"] >= 6.0
+
+
+_THIN_PZ = {"tz_semi": (19.0, 15.0, 15.0), "tz_y": 0.0}  # posterior PZ 2 ADC voxels (5 mm) thick
+
+
+def _thin_pz_findings(lesion_adc: float) -> tuple[list, list]:
+    inputs, les = _synthetic((lesion_adc, 9.0), **_THIN_PZ)
+    assert np.count_nonzero(np.asarray(inputs["zones"].data)[24, :, 7] == 1) == 2  # the thin PZ
+    truth_box = [np.argwhere(les).min(0).tolist(), (np.argwhere(les).max(0) + 1).tolist()]
+    found = call_tool("detect.prostate_lesions", inputs)["findings"].items
+    return [(f.zone, box_iou(f.box_voxel, truth_box)) for f in found], truth_box
+
+
+def test_thin_pz_lesion_below_the_tz_level_is_found() -> None:
+    """Control for the thin-PZ failure below: in a 5 mm PZ beside normal TZ (ADC 1150), a 9 mm
+    PZ lesion at ADC 900 (below the TZ's threshold, so the band reading sees it) is found as one
+    PZ lesion, box IoU >= 0.9 against the truth."""
+    got, _ = _thin_pz_findings(900.0)
+    assert len(got) == 1 and got[0][0] == "PZ" and got[0][1] >= 0.9, got
+
+
+@pytest.mark.xfail(strict=True, reason="known weakness of 1.4 (benchmarks/results/prostate_stress.json): a PZ-reading "
+                                       "outline against the PZ level takes in the normal TZ beside it and is dropped; "
+                                       "the proposed 1.5 fixes this case but raised FP/case on the randomised family")
+@pytest.mark.parametrize("lesion_adc", [1150.0, 1050.0])
+def test_thin_pz_lesion_at_the_tz_level_is_found(lesion_adc: float) -> None:
+    """The thin-PZ failure mode (randomised tz_scale pinned at 0.8: truth-mask detection 56 ->
+    52/60): a 9 mm PZ lesion at ADC 1150 or 1050 (32 / 38 % below the PZ's 1700, at or just
+    below the TZ's 1150) in a 5 mm PZ beside normal TZ should be found as a PZ lesion with box
+    IoU >= 0.9. Version 1.4 finds nothing (strict xfail: passing means it was fixed)."""
+    got, _ = _thin_pz_findings(lesion_adc)
+    assert len(got) == 1 and got[0][0] == "PZ" and got[0][1] >= 0.9, got
