@@ -148,7 +148,6 @@ GRIDS: dict[str, dict[str, tuple[tuple[float, float, float], tuple[int, int, int
 }
 
 
-
 @contextmanager
 def family_ranges(family: str, **fields: Any) -> Iterator[dict[str, Any]]:
     """Replace some of a family's ranges in ``FAMILIES`` while the block runs (a stress test's
@@ -170,6 +169,7 @@ def family_ranges(family: str, **fields: Any) -> Iterator[dict[str, Any]]:
         yield FAMILIES[family]
     finally:
         FAMILIES[family] = before
+
 
 def pirads_category(zone: str, size_mm: float, adc: float, t2_ratio: float) -> int:
     """Simplified PI-RADS v2.1 category of one lesion (the rule in the module docstring)."""
