@@ -46,6 +46,23 @@ def node_key(tool: str, version: str, params: dict[str, Any], input_digests: dic
     return hashlib.sha256(canonical_json(doc)).hexdigest()
 
 
+def folder_digest(path: str | os.PathLike) -> str | None:
+    """Digest of a model folder as the file system describes it: every file's relative path,
+    size and modification time. A node's params name a ``bundle_dir`` by its path only, so new
+    weights written into the same folder would otherwise keep the key and be served the old
+    model's outputs; stat() instead of hashing keeps multi-GB weights cheap on every node (a
+    copy with new times is a miss, never a wrong hit). None when the folder does not exist
+    (the tool raises its own error naming it)."""
+    root = Path(path)
+    if not root.is_dir():
+        return None
+    h = hashlib.sha256()
+    for f in sorted(q for q in root.rglob("*") if q.is_file()):
+        st = f.stat()
+        h.update(f"{f.relative_to(root).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
 def subfield_digest(digest: str | None, path: tuple[str, ...] | list[str]) -> str | None:
     """Digest of ``@node.<id>.<field>.<sub>...``: the field's digest and the path taken into it."""
     if digest is None or not path:

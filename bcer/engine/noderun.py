@@ -32,7 +32,7 @@ from ..contracts.artifacts import kind_of
 from ..contracts.case import SequenceRef
 from ..contracts.errors import ErrorCode, ToolError
 from ..tools.registry import REGISTRY, call_tool, get_tool, load_all
-from .cache import CorruptEntry, NodeCache, node_key, subfield_digest
+from .cache import CorruptEntry, NodeCache, folder_digest, node_key, subfield_digest
 from .clock import report_start
 from .digest import artifact_digest, canonical_json, file_digest, params_digest
 
@@ -165,6 +165,16 @@ def _input_digests(spec: dict[str, Any], deps: tuple[dict[str, Any], ...]) -> di
     return out
 
 
+def _key_inputs(spec: dict[str, Any], deps: tuple[dict[str, Any], ...]) -> dict[str, str | None]:
+    """What a node's cache key reads besides tool, version, params and device: its inputs'
+    digests and, for a node with a ``bundle_dir``, the folder's :func:`folder_digest` (under
+    ``@bundle_dir``, a name no port can have), so retrained weights are a cache miss."""
+    inputs = _input_digests(spec, deps)
+    if bundle := spec["params"].get("bundle_dir"):
+        inputs["@bundle_dir"] = folder_digest(bundle)
+    return inputs
+
+
 def _framework_imports(tool: str) -> None:
     """Import a GPU-capable tool's framework (torch) before its time limit is armed.
 
@@ -211,7 +221,7 @@ def _cached_or_run(spec: dict[str, Any], values: tuple[Any, ...], deps: tuple[di
         outputs = _run_tool(spec, values, device)
         return outputs, {f: artifact_digest(v) for f, v in outputs.items()}, {}
     cache = NodeCache(cache_dir)
-    inputs = _input_digests(spec, deps)
+    inputs = _key_inputs(spec, deps)
     key = node_key(spec["tool"], spec["version"], spec["params"], inputs, device)
     info: dict[str, Any] = {"key": key, "input_digests": inputs}
     try:

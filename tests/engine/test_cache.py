@@ -121,3 +121,31 @@ def test_cache_reuse_changed_param_and_corrupt_entry(ray_local, tmp_path):
     assert len(ev) == 1 and "replaced_corrupt" in json.loads(ev[0]["data"])
     assert files(tmp_path / "o4", "k0") == files(tmp_path / "o1", "k0")
     assert NodeCache(cache).get(key) is not None
+
+
+def test_new_weights_in_the_same_bundle_dir_change_the_key(tmp_path):
+    """A node's params name its bundle folder by path only: retrained weights written into the
+    same folder must change the key (else the cache serves the old model's labels)."""
+    import os
+
+    from bcer.engine.cache import folder_digest
+    from bcer.engine.noderun import _key_inputs
+
+    bundle = tmp_path / "bundle"
+    (bundle / "models").mkdir(parents=True)
+    (bundle / "configs").mkdir()
+    (bundle / "configs" / "metadata.json").write_text("{}")
+    weights = bundle / "models" / "model.pt"
+    weights.write_bytes(b"old weights")
+    spec = {"ports": [], "port_deps": [], "params": {"bundle_dir": str(bundle), "method": "auto"}}
+    first = _key_inputs(spec, ())
+    assert first == {"@bundle_dir": folder_digest(bundle)} and first["@bundle_dir"] is not None
+    assert _key_inputs(spec, ()) == first  # nothing changed: same key, a hit
+    st = weights.stat()
+    weights.write_bytes(b"new weights")  # same size: only the time tells
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert _key_inputs(spec, ())["@bundle_dir"] != first["@bundle_dir"]
+    k = node_key("seg.x", "1.0", spec["params"], first, "cpu")
+    assert node_key("seg.x", "1.0", spec["params"], _key_inputs(spec, ()), "cpu") != k
+    assert folder_digest(tmp_path / "absent") is None
+    assert _key_inputs({"ports": [], "port_deps": [], "params": {"bundle_dir": None}}, ()) == {}
