@@ -55,7 +55,7 @@ from ..contracts.artifacts import Cine, Mask
 from ..contracts.errors import ErrorCode, ToolError
 from .degrade import bias_field, rician_noise
 from .geometry import make_affine, random_direction, world_coords
-from .phantom import Phantom, Size
+from .phantom import Phantom, Size, swapped
 
 log = logging.getLogger(__name__)
 
@@ -174,12 +174,8 @@ def family_ranges(family: str, **fields: Any) -> Iterator[FamilyRanges]:
     group and other nuisances: conditions are paired. Raises ``TypeError`` for a field
     ``FamilyRanges`` does not have.
     """
-    before = FAMILY_RANGES[family]
-    FAMILY_RANGES[family] = replace(before, **fields)
-    try:
-        yield FAMILY_RANGES[family]
-    finally:
-        FAMILY_RANGES[family] = before
+    with swapped(FAMILY_RANGES, family, replace(FAMILY_RANGES[family], **fields)) as ranges:
+        yield ranges
 
 
 def borderline_ok(truth: dict[str, Any], group: str, target: tuple[str, float] | None) -> bool:

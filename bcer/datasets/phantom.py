@@ -8,8 +8,9 @@ lesions...); ``labels`` holds ground-truth label maps as ``Mask`` artifacts;
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Iterator, Literal, MutableMapping
 
 import numpy as np
 
@@ -27,3 +28,16 @@ class Phantom:
     metadata: dict[str, Any] = field(default_factory=dict)
     truth: dict[str, Any] = field(default_factory=dict)
     references: dict[str, Any] = field(default_factory=dict)  # clean/fully-sampled truth images
+
+
+@contextmanager
+def swapped(table: MutableMapping[str, Any], key: str, value: Any) -> Iterator[Any]:
+    """``table[key] = value`` while the block runs, the old entry restored afterwards even on
+    error: the body of each generator's ``family_ranges`` (cardiac, prostate)."""
+    before = table[key]
+    table[key] = value
+    try:
+        yield value
+    finally:
+        table[key] = before
+

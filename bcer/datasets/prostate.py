@@ -53,7 +53,7 @@ from ..contracts.artifacts import Image, Mask
 from ..contracts.errors import ErrorCode, ToolError
 from .degrade import rician_noise, rigid_matrix
 from .geometry import make_affine, random_direction, world_coords
-from .phantom import Phantom, Size
+from .phantom import Phantom, Size, swapped
 
 log = logging.getLogger(__name__)
 
@@ -164,11 +164,8 @@ def family_ranges(family: str, **fields: Any) -> Iterator[dict[str, Any]]:
     unknown = sorted(set(fields) - set(before))
     if unknown:
         raise KeyError(f"family {family!r} has no ranges {unknown}")
-    FAMILIES[family] = {**before, **fields}
-    try:
-        yield FAMILIES[family]
-    finally:
-        FAMILIES[family] = before
+    with swapped(FAMILIES, family, {**before, **fields}) as ranges:
+        yield ranges
 
 
 def pirads_category(zone: str, size_mm: float, adc: float, t2_ratio: float) -> int:
