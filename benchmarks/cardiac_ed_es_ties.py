@@ -8,13 +8,17 @@ EDV. This measures, per case, cardiac.ed_es's partial-volume blood curve
 scores rules for picking ED/ES from it: the raw arg-max/arg-min (what cardiac.ed_es 1.2 does),
 periodic low-pass (Fourier, K harmonics), a 3-tap smoother, and a curve variant that counts the
 voxels that are LV in every frame (eroded 1 or 2 voxels in-plane) as blood, removing their
-noise from the sum (``interior1``/``interior2``). It also reports, for every
+noise from the sum (``interior1``/``interior2``), and the sum over the motion band only
+(``motion1``, :func:`motion_curve`: with the truth's labels it knows exactly which voxels
+change, so judge it with ``--labels seg``). It also reports, for every
 miss, how far apart the two frames are in the truth and in the curve, and the curve's
 residual against the truth count (after a linear fit), i.e. the measurement's noise floor.
 
 Randomised family only (the tuning family); never run on held-out.
 
     .venv/bin/python benchmarks/cardiac_ed_es_ties.py --seed0 2000 --cases 60
+    .venv/bin/python benchmarks/cardiac_ed_es_ties.py --seed0 6000 --cases 60 --labels seg [--stress dense_noisy] \
+        --out benchmarks/results/cardiac_ed_es_ties_seg6000[_dense].json   (the motion-band curve)
     .venv/bin/python benchmarks/cardiac_ed_es_ties.py --seed0 1000 --cases 60 --labels seg \
         --out benchmarks/results/cardiac_ed_es_ties_seg.json   (and --noise 0 on the truth labels)
 """
@@ -31,7 +35,7 @@ import numpy as np
 
 from scipy import ndimage
 
-from bcer.datasets.cardiac import make_cardiac
+from bcer.datasets.cardiac import family_ranges, make_cardiac
 from bcer.metrics import frame_match
 from bcer.tools.cardiac import LV, blood_fractions, blood_volume_curve
 
@@ -78,6 +82,25 @@ def posterior_fraction(y: np.ndarray, s: float, mixed: float) -> np.ndarray:
     return (pure * l1 + mixed * lu * mu) / (pure * (l0 + l1) + mixed * lu)
 
 
+def motion_curve(cine, lab: np.ndarray, dilate: int = 1) -> np.ndarray:
+    """The blood curve summed over the motion band only: voxels that are LV in some frames but
+    not all, dilated ``dilate`` voxels in-plane, minus the RV. Static voxels (always blood,
+    always wall) add noise and no phase information; the band keeps the voxels that change."""
+    lv = lab == LV
+    cross = np.zeros((3, 3, 1), bool)
+    cross[:, 1], cross[1, :] = True, True
+    band = ndimage.binary_dilation(lv.any(axis=3) & ~lv.all(axis=3), structure=cross, iterations=dilate)
+    band &= ~(lab == 1).any(axis=3)
+    frac = np.clip(blood_fractions(cine, lab)[0], 0.0, 1.0)
+    return (frac * band[..., None]).sum(axis=(0, 1, 2)) * cine.voxel_volume_ml
+
+
+# a stress condition of the randomised family (``--stress``): dense frames, top-of-range noise,
+# through-plane partial volume on every cine (the edge of the randomised ranges and beyond)
+STRESS = {"dense_noisy": {"frames": {"small": (20, 30), "full": (16, 30)}, "noise": (0.05, 0.07),
+                          "slice_profile": 1.0}}
+
+
 def variant_curves(cine, lab: np.ndarray) -> dict[str, list[float]]:
     """The gated, PCA and linear variants of the blood curve (see the module docstring)."""
     f, region = blood_fractions(cine, lab)
@@ -111,14 +134,16 @@ def case_labels(ph, labels: str, cache: Path | None, key: str) -> np.ndarray:
 
 
 def case_curves(seed: int, i: int, borderline_every: int, labels: str = "truth", noise: float | None = None,
-                cache: Path | None = None) -> dict:
+                cache: Path | None = None, stress: str | None = None) -> dict:
     border = bool(borderline_every) and i % borderline_every == borderline_every - 1
-    ph = make_cardiac(f"ti{i:03d}", seed, "small", group=GROUPS[i % 5], family="randomised", borderline=border,
-                      noise=noise)
-    lab = case_labels(ph, labels, cache, f"{seed}_{noise}")
+    with family_ranges("randomised", **STRESS.get(stress or "", {})):
+        ph = make_cardiac(f"ti{i:03d}", seed, "small", group=GROUPS[i % 5], family="randomised", borderline=border,
+                          noise=noise)
+    lab = case_labels(ph, labels, cache, f"{seed}_{noise}" + (f"_{stress}" if stress else ""))
     pv = blood_volume_curve(ph.sequences["CINE"], lab)
     extra = {f"pv_interior{k}": [float(x) for x in interior_curve(ph.sequences["CINE"], lab, k)] for k in (1, 2)}
     extra.update(variant_curves(ph.sequences["CINE"], lab))
+    extra["pv_motion1"] = [float(x) for x in motion_curve(ph.sequences["CINE"], lab, 1)]
     return {"seed": seed, "pv": [float(x) for x in pv], **extra, "lv": ph.truth["lv_volume_curve_ml"],
             "ed": ph.truth["ed_frame"], "es": ph.truth["es_frame"],
             "slice_profile": bool(ph.truth["acquisition"]["slice_profile"])}
@@ -129,8 +154,9 @@ def score(cases: list[dict]) -> dict:
     whose frames have the truth frames' exact voxel counts counts: ``bcer.metrics.frame_match``)."""
     curves = {name: (lambda rule: lambda c: rule(np.asarray(c["pv"])))(rule) for name, rule in RULES.items()}
     for key in ("pv_interior1", "pv_interior2", "pv_gated", "pv_pca4", "pv_linear", "pv_soft10", "pv_soft30",
-                "pv_soft60"):
-        curves[key.removeprefix("pv_")] = (lambda key: lambda c: np.asarray(c[key]))(key)
+                "pv_soft60", "pv_motion1"):
+        if key in cases[0]:
+            curves[key.removeprefix("pv_")] = (lambda key: lambda c: np.asarray(c[key]))(key)
     out = {}
     for name, curve_of in curves.items():
         misses, tied = [], 0
@@ -170,11 +196,12 @@ def main() -> None:
     ap.add_argument("--borderline-every", type=int, default=3)
     ap.add_argument("--labels", default="truth", choices=["truth", "seg"], help="region from the truth or seg.cardiac")
     ap.add_argument("--noise", type=float, default=None, help="render with this noise (0: none) instead of the family's")
+    ap.add_argument("--stress", default=None, choices=sorted(STRESS), help="pin a stress condition (STRESS)")
     ap.add_argument("--cache", type=Path, default=Path("/tmp/bcer_ties_seg"), help="seg.cardiac labels per case")
     ap.add_argument("--out", type=Path, default=RESULTS / "cardiac_ed_es_ties_randomised.json")
     args = ap.parse_args()
     t0 = time.time()
-    cases = [case_curves(args.seed0 + i, i, args.borderline_every, args.labels, args.noise, args.cache)
+    cases = [case_curves(args.seed0 + i, i, args.borderline_every, args.labels, args.noise, args.cache, args.stress)
              for i in range(args.cases)]
     scores = score(cases)
     res = [residual_pct(c) for c in cases]

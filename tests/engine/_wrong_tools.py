@@ -17,6 +17,7 @@ from bcer.tools.quant import CardiacFunctionParams, cardiac_function
 from bcer.tools.recon.sense import SenseParams, sense
 from bcer.tools.registry import tool
 from bcer.tools.seg.brain_tumor import BrainTumorParams, BrainTumorSeg, brain_tumor
+from bcer.tools.seg.cardiac import CardiacParams, cardiac
 from bcer.tools.seg.prostate import ProstateParams, ProstateSeg
 
 CPU = {"num_cpus": 1, "memory_mb": 512}
@@ -41,6 +42,21 @@ def lesions_outside(adc: Image, dwi: Image, gland: Mask, params: LesionParams, z
     extra = Finding("lesion_far", "lesion", (lo, hi), world, volume_ml=0.3, side="R", zone="PZ",
                     attributes={"adc": 700.0, "size_mm": 9.0, "t2_ratio": 0.5})
     return Findings(list(found.items) + [extra], found.affine, dict(found.meta))
+
+
+@tool("xwrong.seg_cardiac_small_cavity", milestone="segmentation", resources=CPU, output="labels")
+def seg_cardiac_small_cavity(cine: Cine, params: CardiacParams, device: str = "cpu") -> Mask:
+    """The real cardiac labels with the LV cavity drawn two voxels too small in-plane and its
+    rim given to the myocardium: volumes and EF stay physiological, the wall holds blood."""
+    from scipy import ndimage
+
+    m = cardiac(cine, params, device)
+    lab = np.asarray(m.data).copy()
+    lv = lab == 3
+    core = np.stack([ndimage.binary_erosion(lv[..., t], np.ones((3, 3, 1), bool), iterations=2)
+                     for t in range(lab.shape[3])], axis=-1)
+    lab[lv & ~core] = 2
+    return Mask(lab, m.affine, dict(m.meta), labels=dict(m.labels))
 
 
 @tool("xwrong.function_ef120", milestone="quantification", resources=CPU, output="function")

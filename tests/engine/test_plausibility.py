@@ -229,6 +229,47 @@ def test_volumes_match_the_label_cine(tmp_path) -> None:
     assert r.ok is False and r.value == pytest.approx(1.0) and "lv_edv_ml" in r.message
 
 
+def _heart(shape=(28, 28, 3, 4)) -> tuple[np.ndarray, np.ndarray]:
+    """A bright-blood cine and its labels: LV disc ringed by MYO, an RV beside it (beating)."""
+    g = np.indices(shape[:2]).astype(float)
+    lab = np.zeros(shape, np.int16)
+    for t in range(shape[3]):
+        r_lv = 6.0 - t  # the cavity shrinks over the frames
+        d = np.hypot(g[0] - 12, g[1] - 12)
+        rv = np.hypot(g[0] - 12, g[1] - 22) <= 4
+        sl = np.where(d <= r_lv, 3, np.where(d <= 9, 2, np.where(rv, 1, 0)))
+        lab[..., t] = sl[..., None]
+    level = np.choose(lab, [0.1, 0.9, 0.3, 1.0])
+    rng = np.random.default_rng(0)
+    return (level + rng.normal(0, 0.03, shape)).astype(np.float32), lab
+
+
+def test_labels_match_the_cine(tmp_path) -> None:
+    img, lab = _heart()
+    cine = nii(tmp_path / "cine.nii.gz", img)
+    c = Case(id="h1", root=str(tmp_path), sequences={"CINE": SequenceRef(path=str(cine), kind="cine")})
+    r = run("labels_match_cine", tmp_path, {"seg": nii(tmp_path / "seg.nii.gz", lab)}, "seg", c)
+    assert r.ok and r.value == 0.0 and "LV rim MYO 100 %" in r.message
+    eroded = lab.copy()  # the cavity drawn two voxels too small, its blood given to the wall
+    for t in range(lab.shape[3]):
+        g = np.indices(lab.shape[:2]).astype(float)
+        rim = (np.hypot(g[0] - 12, g[1] - 12) > 4.0 - t) & (lab[..., 0, t] == 3)
+        eroded[rim, :, t] = 2
+    r = run("labels_match_cine", tmp_path, {"seg": nii(tmp_path / "ero.nii.gz", eroded)}, "seg", c)
+    assert r.ok is False and r.value > 0.15 and "as bright as blood" in r.message
+    swapped = np.where(lab == 3, 1, np.where(lab == 1, 3, lab)).astype(np.int16)  # LV drawn on the RV
+    r = run("labels_match_cine", tmp_path, {"seg": nii(tmp_path / "sw.nii.gz", swapped)}, "seg", c)
+    assert r.ok is False and "rim is myocardium" in r.message
+    dark = np.where(lab == 2, 3, np.where(lab == 3, 2, lab)).astype(np.int16)  # LV and MYO exchanged
+    r = run("labels_match_cine", tmp_path, {"seg": nii(tmp_path / "dk.nii.gz", dark)}, "seg", c)
+    assert r.ok is False and "not brighter than the myocardium" in r.message
+    r = run("labels_match_cine", tmp_path, {"seg": nii(tmp_path / "off.nii.gz", lab[2:])}, "seg", c)
+    assert r.ok is False and "not on the cine's grid" in r.message
+    ks = Case(id="h2", root=str(tmp_path), sequences={"KSPACE": SequenceRef(path=str(cine))})
+    r = run("labels_match_cine", tmp_path, {"seg": tmp_path / "seg.nii.gz"}, "seg", ks)
+    assert r.ok is None and "not applicable" in r.message  # k-space input: no cine deliverable to judge against
+
+
 # ---- brain --------------------------------------------------------------------------------
 
 @pytest.fixture

@@ -2,7 +2,8 @@
 
 Small phantoms of each task run the offline Brain's plan with one step swapped for a tool
 of ``_wrong_tools`` that delivers a well-formed but wrong answer (a gland over the whole
-pelvis, a lesion outside the gland, an EF of 120 %, ED and ES swapped, a reconstruction on
+pelvis, a lesion outside the gland, an EF of 120 %, ED and ES swapped, an LV cavity drawn
+too small (its blood labelled myocardium), a reconstruction on
 the encoded instead of the header's matrix, a tumour outside the brain). The contract's
 validators accept every file (SR delivered 1); the case must still end ``implausible``
 with SR 0, error ``value_range`` naming the check, no ``_DONE``, a failed ``plausibility``
@@ -35,6 +36,7 @@ WRONG = {
                              "lesions_in_gland"),
     "ef_120": ("cardiac_report", "quant.cardiac_function", "xwrong.function_ef120", "ef_range"),
     "ed_below_es": ("cardiac_report", "cardiac.ed_es", "xwrong.ed_es_swapped", "ed_greater_than_es"),
+    "cavity_too_small": ("cardiac_report", "seg.cardiac", "xwrong.seg_cardiac_small_cavity", "labels_match_cine"),
     "recon_wrong_matrix": ("recon_cardiac", "recon.sense", "xwrong.recon_encoded_matrix", "recon_matrix"),
     "tumour_outside_brain": ("segment_brain", "seg.brain_tumor", "xwrong.tumour_outside", "tumour_in_brain"),
 }
@@ -106,6 +108,7 @@ def test_the_values_that_made_them_implausible(outcomes) -> None:
     assert value["gland_over_pelvis"] > 250          # mL
     assert value["ef_120"] == 120.0                  # %
     assert value["ed_below_es"] < 0                  # EDV - ESV, mL
+    assert value["cavity_too_small"] > 0.15          # share of myocardium voxels as bright as blood
     assert value["lesion_outside_gland"] == 0.0      # share of the far lesion's box in the gland
     assert value["tumour_outside_brain"] < 0.5       # share of tumour voxels inside the brain
     assert value["recon_wrong_matrix"] == 2.0        # twice the header matrix's in-plane voxels
