@@ -19,6 +19,8 @@ Randomised family only (the tuning family); never run on held-out.
     .venv/bin/python benchmarks/cardiac_ed_es_ties.py --seed0 2000 --cases 60
     .venv/bin/python benchmarks/cardiac_ed_es_ties.py --seed0 6000 --cases 60 --labels seg [--stress dense_noisy] \
         --out benchmarks/results/cardiac_ed_es_ties_seg6000[_dense].json   (the motion-band curve)
+    .venv/bin/python benchmarks/cardiac_ed_es_ties.py --seed0 6000 --cases 60 --noise-floor [--stress dense_noisy] \
+        --out benchmarks/results/cardiac_ed_es_noise_floor6000[_dense].json   (truth labels, with and without noise)
     .venv/bin/python benchmarks/cardiac_ed_es_ties.py --seed0 1000 --cases 60 --labels seg \
         --out benchmarks/results/cardiac_ed_es_ties_seg.json   (and --noise 0 on the truth labels)
 """
@@ -189,6 +191,28 @@ def residual_pct(c: dict) -> float:
     return float(100 * r.std() / lv.max())
 
 
+def noise_floor(noisy: list[dict], clean: list[dict]) -> dict:
+    """The raw curve's noise against the gaps it must resolve, per case: the SD over frames of
+    (noisy curve − the same cine's noise-free curve), and the truth's gap between its largest
+    and second-largest (smallest and second-smallest) frames, all in % of the true EDV."""
+    sd, gap_ed, gap_es, below = [], [], [], 0
+    for n, c in zip(noisy, clean):
+        lv = np.asarray(c["lv"])
+        edv, srt = lv.max(), np.sort(lv)
+        d = np.asarray(n["pv"]) - np.asarray(c["pv"])
+        s = 100 * float(d.std()) / edv
+        ge, gs = 100 * (srt[-1] - srt[-2]) / edv, 100 * (srt[1] - srt[0]) / edv
+        sd.append(s), gap_ed.append(ge), gap_es.append(gs)
+        below += int(min(ge, gs) < s)
+
+    def q(v: list[float]) -> dict:
+        return {"median": round(float(np.median(v)), 3), "p10": round(float(np.percentile(v, 10)), 3),
+                "p90": round(float(np.percentile(v, 90)), 3)}
+    return {"curve_noise_sd_pct_edv": q(sd), "truth_gap_ed_pct_edv": q(gap_ed), "truth_gap_es_pct_edv": q(gap_es),
+            "cases_with_a_gap_below_the_noise": below, "of": len(noisy),
+            "noise_free_rules": score(clean)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed0", type=int, default=2000)
@@ -197,6 +221,8 @@ def main() -> None:
     ap.add_argument("--labels", default="truth", choices=["truth", "seg"], help="region from the truth or seg.cardiac")
     ap.add_argument("--noise", type=float, default=None, help="render with this noise (0: none) instead of the family's")
     ap.add_argument("--stress", default=None, choices=sorted(STRESS), help="pin a stress condition (STRESS)")
+    ap.add_argument("--noise-floor", action="store_true",
+                    help="also render every cine without noise and compare (noise_floor); not with --noise")
     ap.add_argument("--cache", type=Path, default=Path("/tmp/bcer_ties_seg"), help="seg.cardiac labels per case")
     ap.add_argument("--out", type=Path, default=RESULTS / "cardiac_ed_es_ties_randomised.json")
     args = ap.parse_args()
@@ -210,6 +236,10 @@ def main() -> None:
               "raw_misses": [miss_detail(c) for c in cases if c["seed"] in scores["raw"]["misses"]],
               "curve_residual_pct_edv": {"median": round(float(np.median(res)), 3), "max": round(float(np.max(res)), 3)},
               "wall_s": round(time.time() - t0, 1), "load_avg": os.getloadavg(), "cases": cases}
+    if args.noise_floor:
+        clean = [case_curves(args.seed0 + i, i, args.borderline_every, args.labels, 0.0, args.cache, args.stress)
+                 for i in range(args.cases)]
+        report["noise_floor"] = noise_floor(cases, clean)
     print(json.dumps({k: v for k, v in report.items() if k != "cases"}, indent=1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
