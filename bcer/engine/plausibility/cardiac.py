@@ -199,7 +199,7 @@ def label_cine_agreement(image: np.ndarray, labels: np.ndarray, lv_label: int = 
             if s.any():
                 rim = ndimage.binary_dilation(s, cross) & ~s
                 rims.append(float(np.mean(lt[..., k][rim] == myo_label)) if rim.any() else 0.0)
-        per_frame.append(((b - m) / abs(b) if b else -np.inf, float(np.mean(im[myo] > mid)),
+        per_frame.append(((b - m) / abs(b) if b else (-1.0 if m > 0 else 0.0), float(np.mean(im[myo] > mid)),
                           float(np.mean(im[lv] < mid)), float(np.median(rims))))
     if not per_frame:
         return dict.fromkeys(("contrast", "bright_myo", "dark_lv", "enclosed"), float("nan"))
