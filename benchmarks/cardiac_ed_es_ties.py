@@ -39,7 +39,7 @@ from scipy import ndimage
 
 from bcer.datasets.cardiac import family_ranges, make_cardiac
 from bcer.metrics import frame_match
-from bcer.tools.cardiac import LV, blood_fractions, blood_volume_curve
+from bcer.tools.cardiac import LV, blood_fractions, blood_volume_curve, curve_noise_sd, phase_margins
 
 GROUPS = ["NOR", "DCM", "HCM", "MINF", "RV"]
 RESULTS = Path(__file__).parent / "results"
@@ -146,6 +146,7 @@ def case_curves(seed: int, i: int, borderline_every: int, labels: str = "truth",
     extra = {f"pv_interior{k}": [float(x) for x in interior_curve(ph.sequences["CINE"], lab, k)] for k in (1, 2)}
     extra.update(variant_curves(ph.sequences["CINE"], lab))
     extra["pv_motion1"] = [float(x) for x in motion_curve(ph.sequences["CINE"], lab, 1)]
+    extra["noise_sd_est"] = curve_noise_sd(ph.sequences["CINE"], lab)
     return {"seed": seed, "pv": [float(x) for x in pv], **extra, "lv": ph.truth["lv_volume_curve_ml"],
             "ed": ph.truth["ed_frame"], "es": ph.truth["es_frame"],
             "slice_profile": bool(ph.truth["acquisition"]["slice_profile"])}
@@ -191,6 +192,29 @@ def residual_pct(c: dict) -> float:
     return float(100 * r.std() / lv.max())
 
 
+def calibration(cases: list[dict]) -> dict:
+    """``cardiac.ed_es``'s ``ed_es_confidence`` (:func:`bcer.tools.cardiac.phase_margins` on the raw
+    curve) against whether the raw pick is exact: mean confidence vs the exact rate, and per
+    confidence bin; ``ambiguous`` is confidence < 0.8, as the tool flags it."""
+    conf, ok = [], []
+    for c in cases:
+        if not c.get("noise_sd_est"):
+            continue
+        pv = np.asarray(c["pv"])
+        conf.append(phase_margins(pv, c["noise_sd_est"])["ed_es_confidence"])
+        ok.append(float((int(np.argmax(pv)), int(np.argmin(pv))) == (c["ed"], c["es"])))
+    conf_a, ok_a = np.asarray(conf), np.asarray(ok)
+    bins = {}
+    for lo, hi in ((0.0, 0.5), (0.5, 0.8), (0.8, 0.95), (0.95, 1.01)):
+        m = (conf_a >= lo) & (conf_a < hi)
+        bins[f"{lo:g}-{min(hi, 1):g}"] = {"cases": int(m.sum()), "exact": round(float(ok_a[m].mean()), 3) if m.any() else None}
+    amb = conf_a < 0.8
+    return {"cases": len(conf), "mean_confidence": round(float(conf_a.mean()), 3), "exact": round(float(ok_a.mean()), 3),
+            "bins": bins, "ambiguous": int(amb.sum()),
+            "exact_when_ambiguous": round(float(ok_a[amb].mean()), 3) if amb.any() else None,
+            "exact_when_not": round(float(ok_a[~amb].mean()), 3) if (~amb).any() else None}
+
+
 def noise_floor(noisy: list[dict], clean: list[dict]) -> dict:
     """The raw curve's noise against the gaps it must resolve, per case: the SD over frames of
     (noisy curve − the same cine's noise-free curve), and the truth's gap between its largest
@@ -232,7 +256,7 @@ def main() -> None:
     scores = score(cases)
     res = [residual_pct(c) for c in cases]
     report = {"config": {k: str(v) for k, v in vars(args).items()}, "family": "randomised",
-              "rules": scores,
+              "rules": scores, "calibration": calibration(cases),
               "raw_misses": [miss_detail(c) for c in cases if c["seed"] in scores["raw"]["misses"]],
               "curve_residual_pct_edv": {"median": round(float(np.median(res)), 3), "max": round(float(np.max(res)), 3)},
               "wall_s": round(time.time() - t0, 1), "load_avg": os.getloadavg(), "cases": cases}

@@ -94,6 +94,62 @@ def blood_fractions(cine: Cine, data: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return (img - level) / (blood - level), region
 
 
+def curve_noise_sd(cine: Cine, data: np.ndarray) -> float | None:
+    """Estimated SD (mL) of the random noise of ``blood_volume_curve``, from the image alone.
+
+    The per-voxel noise of the blood fraction is the median absolute frame-to-frame difference
+    over the fixed region (most of its voxels do not move) / (0.6745 sqrt 2); each voxel's
+    variance after the [0, 1] clip is that of a clipped normal around its temporal median, and
+    the curve's variance is their sum. It is right within about a factor of two: 0.4-0.7x the
+    SD measured on randomised phantoms against the same cine rendered without noise (which also
+    holds the Rician bias that moves with the wall), 1.4x the spread over noise draws of a
+    synthetic disc whose moving voxels are half the region (they inflate the differences). It
+    is a scale for margins, not an error bar; ``phase_margins``' confidence is judged by its
+    calibration (``benchmarks/cardiac_ed_es_ties.py``)."""
+    fr = blood_fractions(cine, data)
+    if fr is None:
+        return None
+    frac, region = fr
+    f = frac[region]
+    if f.shape[0] == 0 or f.shape[1] < 2:
+        return None
+    s = float(np.median(np.abs(np.diff(f, axis=1)))) / (0.6745 * np.sqrt(2.0))
+    if not s > 0:
+        return None
+    return float(np.sqrt(_clipped_normal_var(np.median(f, axis=1), s).sum())) * cine.voxel_volume_ml
+
+
+def _clipped_normal_var(mu: np.ndarray, s: float) -> np.ndarray:
+    """Variance of clip(mu + s Z, 0, 1) for standard normal Z (closed form)."""
+    from scipy.stats import norm
+
+    a, b = -mu / s, (1.0 - mu) / s
+    pa, pb, ca, cb = norm.pdf(a), norm.pdf(b), norm.cdf(a), norm.cdf(b)
+    m1 = (1 - cb) + mu * (cb - ca) + s * (pa - pb)
+    m2 = (1 - cb) + mu ** 2 * (cb - ca) + 2 * mu * s * (pa - pb) + s ** 2 * ((cb - ca) + a * pa - b * pb)
+    return np.maximum(m2 - m1 ** 2, 0.0)
+
+
+def phase_margins(curve: np.ndarray, sd: float) -> dict[str, float | int]:
+    """How clearly the curve's extremes stand out: the runner-up frames and the gaps to them in
+    units of the difference of two noisy frames (sqrt 2 x ``sd``); ``confidence`` is
+    Phi(ED margin) x Phi(ES margin). Outlier frames are NaN in ``curve`` and never runners-up."""
+    from scipy.stats import norm
+
+    v = np.asarray(curve, np.float64)
+    order = np.argsort(np.where(np.isnan(v), -np.inf, v))
+    ed, ed2 = int(order[-1]), int(order[-2])
+    low = np.argsort(np.where(np.isnan(v), np.inf, v))
+    es, es2 = int(low[0]), int(low[1])
+    scale = np.sqrt(2.0) * sd
+    m_ed, m_es = float((v[ed] - v[ed2]) / scale), float((v[es2] - v[es]) / scale)
+    return {"ed_runner_up": ed2, "es_runner_up": es2, "ed_margin_sd": round(m_ed, 3), "es_margin_sd": round(m_es, 3),
+            "ed_es_confidence": round(float(norm.cdf(m_ed) * norm.cdf(m_es)), 3)}
+
+
+AMBIGUOUS = 0.8  # ed_es_confidence below this: the table says the choice is within the noise
+
+
 def outlier_frames(curve: np.ndarray) -> np.ndarray:
     """Frames whose volume jumps away from both cyclic neighbours (a segmentation failure,
     not a phase of the cycle): further than 15 % of the median volume from the mean of the
@@ -117,7 +173,7 @@ def _check_frame(value: int | None, n_frames: int, arg: str) -> None:
                         f"(0..{n_frames - 1})", arg=arg)
 
 
-@tool("cardiac.ed_es", version="1.2", milestone="phase_detection", resources={"num_cpus": 1, "memory_mb": 512},
+@tool("cardiac.ed_es", version="1.3", milestone="phase_detection", resources={"num_cpus": 1, "memory_mb": 512},
       output="phases")
 def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
     """End-diastolic and end-systolic frames from the LV volume curve (or from metadata).
@@ -136,7 +192,12 @@ def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
 
     Returns:
         One-row Table: ``ed_frame``, ``es_frame``, ``n_frames``, ``source``, the LV and RV volume
-        curves (lists, mL) and the LV volumes at ED/ES.
+        curves (lists, mL) and the LV volumes at ED/ES. With the cine, also how clearly the
+        curve's own choice stands out (:func:`phase_margins`): the runner-up frames, the margins
+        in noise units, ``ed_es_confidence`` and ``ed_es_ambiguous`` (confidence < 0.8: the
+        curve cannot tell the chosen frame from the runner-up). On the randomised family
+        (seg.cardiac labels) the mean confidence tracked the exact-match rate: 0.88 vs 0.90 on
+        60 cines, 0.65 vs 0.63 on 60 denser, noisier ones.
 
     Raises:
         ToolError: ``shape`` (not 4-D, cine off-grid or other frame count), ``value_range``
@@ -166,18 +227,26 @@ def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
            "lv_volume_ed_ml": float(lv[ed]), "lv_volume_es_ml": float(lv[es]),
            "lv_volume_curve_ml": [round(float(v), 4) for v in lv],
            "rv_volume_curve_ml": [round(float(v), 4) for v in curves["rv"]]}
+    sd = curve_noise_sd(cine, data) if pv is not None else None
+    margins = phase_margins(usable, sd) if sd else None
     if pv is not None:
         row["lv_blood_curve_ml"] = [round(float(v), 4) for v in pv]
+    if margins is not None:
+        row.update(margins, phase_noise_sd_ml=round(sd, 4), ed_es_ambiguous=margins["ed_es_confidence"] < AMBIGUOUS)
     method = ("argmax/argmin LV volume" if pv is None else
               "argmax/argmin partial-volume LV blood signal (cine in a fixed region around the LV labels)")
     meta = {"method": method, "curve_ed_frame": auto_ed, "curve_es_frame": auto_es,
             "label_count_frames": [int(np.argmax(lv)), int(np.argmin(lv))],
             "outlier_frames": [int(i) for i in np.flatnonzero(outliers)],
             "agrees_with_curve": (ed, es) == (auto_ed, auto_es)}
+    if margins is not None and margins["ed_es_confidence"] < AMBIGUOUS:
+        log.info("cardiac.ed_es: ED %d / ES %d within the noise of frames %d / %d (confidence %.2f)", auto_ed, auto_es,
+                 margins["ed_runner_up"], margins["es_runner_up"], margins["ed_es_confidence"])
     if given and not meta["agrees_with_curve"]:
         log.info("cardiac.ed_es: metadata frames (%d, %d) differ from the LV curve (%d, %d)", ed, es, auto_ed, auto_es)
     units = {"lv_volume_ed_ml": "mL", "lv_volume_es_ml": "mL", "lv_volume_curve_ml": "mL", "lv_blood_curve_ml": "mL",
-             "rv_volume_curve_ml": "mL", "ed_frame": "frame", "es_frame": "frame", "n_frames": "frames"}
+             "rv_volume_curve_ml": "mL", "ed_frame": "frame", "es_frame": "frame", "n_frames": "frames",
+             "phase_noise_sd_ml": "mL", "ed_runner_up": "frame", "es_runner_up": "frame"}
     return Table([row], units, name="phases", meta=meta)
 
 

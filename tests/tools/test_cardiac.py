@@ -44,6 +44,53 @@ def test_ed_es_from_metadata() -> None:
     assert not other["phases"].meta["agrees_with_curve"]
 
 
+def _disc_cine(radii: list[float], sigma: float, seed: int) -> tuple[Cine, Mask]:
+    """Blood disc (1.0) of the given radius per frame ringed by myocardium (0.3), Gaussian
+    noise ``sigma``; labels from the noise-free discs."""
+    g = np.indices((40, 40)).astype(float)
+    d = np.hypot(g[0] - 20, g[1] - 20)
+    lab = np.stack([np.where(d <= r, 3, np.where(d <= r + 4, 2, 0)) for r in radii], axis=-1)
+    lab = np.repeat(lab[:, :, None, :], 4, axis=2).astype(np.int16)
+    img = np.choose(lab, [0.0, 0.9, 0.3, 1.0]).astype(np.float64)
+    img += np.random.default_rng(seed).normal(0, sigma, img.shape)
+    aff = np.diag([2.0, 2.0, 8.0, 1.0])
+    return Cine(img.astype(np.float32), aff, {}), Mask(lab, aff, {}, labels={1: "RV", 2: "MYO", 3: "LV"})
+
+
+def test_curve_noise_sd_matches_the_spread_over_noise_draws() -> None:
+    """The estimated SD of the blood curve against its spread over 40 noise draws of the same
+    cine: within a factor of two (1.38x here, where half the region moves and inflates the
+    frame-to-frame differences; 0.4-0.7x of the noisy-minus-clean SD on randomised phantoms).
+    It is a scale for the margins; the confidence is judged by its calibration (benchmark)."""
+    from bcer.tools.cardiac import blood_volume_curve, curve_noise_sd
+
+    radii = [10, 9.5, 8.5, 7.5, 7, 7.2, 8, 9, 9.8, 10]
+    draws = [_disc_cine(radii, 0.05, seed) for seed in range(40)]
+    curves = np.array([blood_volume_curve(c, np.asarray(m.data)) for c, m in draws])
+    truth_sd = float(np.median(curves.std(axis=0)))
+    est = float(np.median([curve_noise_sd(c, np.asarray(m.data)) for c, m in draws[:10]]))
+    assert 0.5 < est / truth_sd < 2.0, (est, truth_sd)
+
+
+def test_ed_es_margins_and_ambiguity() -> None:
+    """A clear cycle is confident; two frames of the same radius at ED are flagged ambiguous,
+    and the runner-up is the tied frame."""
+    from bcer.tools.cardiac import phase_margins
+
+    m = phase_margins(np.array([10.0, 8.0, 5.0, 7.0, 9.0]), sd=0.1)
+    assert (m["ed_runner_up"], m["es_runner_up"]) == (4, 3) and m["ed_margin_sd"] == pytest.approx(1 / np.sqrt(0.02), abs=1e-3)
+    assert m["ed_es_confidence"] > 0.99
+    clear, lab = _disc_cine([10, 8, 6, 5, 6, 8], 0.02, 1)
+    row = call_tool("cardiac.ed_es", {"labels": lab, "cine": clear})["phases"].rows[0]
+    assert (row["ed_frame"], row["es_frame"]) == (0, 3) and not row["ed_es_ambiguous"] and row["ed_es_confidence"] > 0.95
+    assert row["phase_noise_sd_ml"] > 0
+    tied, lab = _disc_cine([10, 10, 8, 5, 8], 0.05, 2)
+    row = call_tool("cardiac.ed_es", {"labels": lab, "cine": tied})["phases"].rows[0]
+    assert row["ed_es_ambiguous"] and {row["ed_frame"], row["ed_runner_up"]} == {0, 1}
+    no_cine = call_tool("cardiac.ed_es", {"labels": lab})["phases"].rows[0]
+    assert "ed_es_confidence" not in no_cine  # the label count has no noise model
+
+
 def test_regional_thickening_finds_the_infarct() -> None:
     """The MINF phantom's akinetic, thinned sector shows as abnormal segments on the truth's
     akinetic slices; a normal heart thickens everywhere."""
