@@ -64,7 +64,20 @@ def run_case(ph, bundle: str | None, method: str = "auto") -> dict[str, Any]:
         "dice": {k: round(v, 4) for k, v in d.items()}, "seconds": round(time.time() - t0, 2),
         "acquisition": truth.get("acquisition"), "ed_es_margin_ml": truth.get("ed_es_margin_ml"),
         "seg_method": seg.meta.get("method"), "seg_fallback": seg.meta.get("fallback"),
+        "ed_es_confidence": phases.rows[0].get("ed_es_confidence"),
+        "ed_es_ambiguous": phases.rows[0].get("ed_es_ambiguous"),
+        "labels_match_cine": labels_check(cine, got),
     }
+
+
+def labels_check(cine, labels: np.ndarray) -> dict[str, Any]:
+    """The ``labels_match_cine`` plausibility check's statistics and verdict on the chain's labels."""
+    from bcer.engine.plausibility.cardiac import LabelsCineParams, label_cine_agreement
+
+    p, a = LabelsCineParams(), label_cine_agreement(np.asarray(cine.data), labels)
+    ok = bool(a["contrast"] >= p.min_contrast and a["bright_myo"] <= p.max_bright_myo
+              and a["enclosed"] >= p.min_enclosed)
+    return {**{k: round(v, 4) for k, v in a.items()}, "ok": ok}
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -83,7 +96,26 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "group_accuracy_other": mean("group_ok", plain),
         "dice": {k: round(float(np.mean([r["dice"][k] for r in rows])), 4) for k in ("lv", "myo", "rv")},
         "median_case_s": round(float(np.median([r["seconds"] for r in rows])), 2),
+        **flag_summary(rows),
     }
+
+
+def flag_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """ED/ES exact among the picks cardiac.ed_es flags ambiguous and the rest; the
+    labels_match_cine check's failures (cases, LV Dice). Empty for rows without the fields."""
+    if not rows or not all(r.get("ed_es_ambiguous") is not None for r in rows):
+        return {}
+    amb = [r for r in rows if r["ed_es_ambiguous"]]
+    clear = [r for r in rows if not r["ed_es_ambiguous"]]
+    out: dict[str, Any] = {
+        "ed_es_flagged_ambiguous": len(amb),
+        "ed_es_exact_when_flagged": round(float(np.mean([r["ed_es_exact"] for r in amb])), 4) if amb else None,
+        "ed_es_exact_when_not": round(float(np.mean([r["ed_es_exact"] for r in clear])), 4) if clear else None,
+        "ed_es_mean_confidence": round(float(np.mean([r["ed_es_confidence"] for r in rows])), 4)}
+    if all("labels_match_cine" in r for r in rows):
+        out["labels_match_cine_failed"] = [{"case": r["case"], "dice_lv": r["dice"]["lv"]}
+                                           for r in rows if not r["labels_match_cine"]["ok"]]
+    return out
 
 
 def rescore(path: Path) -> None:
