@@ -195,9 +195,10 @@ def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
         curves (lists, mL) and the LV volumes at ED/ES. With the cine, also how clearly the
         curve's own choice stands out (:func:`phase_margins`): the runner-up frames, the margins
         in noise units, ``ed_es_confidence`` and ``ed_es_ambiguous`` (confidence < 0.8: the
-        curve cannot tell the chosen frame from the runner-up). On the randomised family
-        (seg.cardiac labels) the mean confidence tracked the exact-match rate: 0.88 vs 0.90 on
-        60 cines, 0.65 vs 0.63 on 60 denser, noisier ones.
+        curve cannot tell the chosen frame from the runner-up). On four randomised sets
+        (seg.cardiac labels, two kept back) unflagged picks were exact on 0.88-0.98 of cines,
+        flagged ones on 0.42-0.89; the mean confidence was within -7..+14 points of the exact
+        rate, so it is a score, not a probability.
 
     Raises:
         ToolError: ``shape`` (not 4-D, cine off-grid or other frame count), ``value_range``
@@ -228,7 +229,7 @@ def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
            "lv_volume_curve_ml": [round(float(v), 4) for v in lv],
            "rv_volume_curve_ml": [round(float(v), 4) for v in curves["rv"]]}
     sd = curve_noise_sd(cine, data) if pv is not None else None
-    margins = phase_margins(usable, sd) if sd else None
+    margins = phase_margins(usable, sd) if sd and np.count_nonzero(np.isfinite(usable)) >= 3 else None
     if pv is not None:
         row["lv_blood_curve_ml"] = [round(float(v), 4) for v in pv]
     if margins is not None:
