@@ -72,12 +72,10 @@ def run_case(ph, bundle: str | None, method: str = "auto") -> dict[str, Any]:
 
 def labels_check(cine, labels: np.ndarray) -> dict[str, Any]:
     """The ``labels_match_cine`` plausibility check's statistics and verdict on the chain's labels."""
-    from bcer.engine.plausibility.cardiac import LabelsCineParams, label_cine_agreement
+    from bcer.engine.plausibility.cardiac import LabelsCineParams, label_cine_agreement, label_cine_problems
 
-    p, a = LabelsCineParams(), label_cine_agreement(np.asarray(cine.data), labels)
-    ok = bool(a["contrast"] >= p.min_contrast and a["bright_myo"] <= p.max_bright_myo
-              and a["enclosed"] >= p.min_enclosed)
-    return {**{k: round(v, 4) for k, v in a.items()}, "ok": ok}
+    a = label_cine_agreement(np.asarray(cine.data), labels)
+    return {**{k: round(v, 4) for k, v in a.items()}, "ok": not label_cine_problems(a, LabelsCineParams())}
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:

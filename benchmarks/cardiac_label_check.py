@@ -30,7 +30,7 @@ import numpy as np
 from scipy import ndimage
 
 from bcer.datasets.cardiac import GROUPS, make_cardiac
-from bcer.engine.plausibility.cardiac import LabelsCineParams, label_cine_agreement
+from bcer.engine.plausibility.cardiac import LabelsCineParams, label_cine_agreement, label_cine_problems
 from bcer.metrics import dice
 from bcer.tools.registry import call_tool
 
@@ -55,12 +55,8 @@ def swapped(lab: np.ndarray) -> np.ndarray:
 
 
 def fails(a: dict[str, float], p: LabelsCineParams) -> list[str]:
-    """The check's verdict from its statistics (the same limits as ``labels_match_cine``)."""
-    if not np.isfinite(a["contrast"]):
-        return ["no_lv_myo"]
-    return [name for name, bad in (("contrast", a["contrast"] < p.min_contrast),
-                                   ("bright_myo", a["bright_myo"] > p.max_bright_myo),
-                                   ("enclosed", a["enclosed"] < p.min_enclosed)) if bad]
+    """The names of the limits the check's statistics break (``label_cine_problems``)."""
+    return list(label_cine_problems(a, p))
 
 
 def seg_labels(ph, cache: Path | None, key: str) -> np.ndarray:

@@ -70,10 +70,12 @@ def blood_volume_curve(cine: Cine, data: np.ndarray) -> np.ndarray | None:
     when the levels are not usable (no myocardium, or blood not brighter than it).
     """
     fr = blood_fractions(cine, data)
-    if fr is None:
-        return None
+    return None if fr is None else _blood_curve(fr, cine.voxel_volume_ml)
+
+
+def _blood_curve(fr: tuple[np.ndarray, np.ndarray], voxel_ml: float) -> np.ndarray:
     frac, region = fr
-    return (np.clip(frac, 0.0, 1.0) * region[..., None]).sum(axis=(0, 1, 2)) * cine.voxel_volume_ml
+    return (np.clip(frac, 0.0, 1.0) * region[..., None]).sum(axis=(0, 1, 2)) * voxel_ml
 
 
 def blood_fractions(cine: Cine, data: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -107,8 +109,10 @@ def curve_noise_sd(cine: Cine, data: np.ndarray) -> float | None:
     is a scale for margins, not an error bar; ``phase_margins``' confidence is judged by its
     calibration (``benchmarks/cardiac_ed_es_ties.py``)."""
     fr = blood_fractions(cine, data)
-    if fr is None:
-        return None
+    return None if fr is None else _noise_sd(fr, cine.voxel_volume_ml)
+
+
+def _noise_sd(fr: tuple[np.ndarray, np.ndarray], voxel_ml: float) -> float | None:
     frac, region = fr
     f = frac[region]
     if f.shape[0] == 0 or f.shape[1] < 2:
@@ -116,7 +120,7 @@ def curve_noise_sd(cine: Cine, data: np.ndarray) -> float | None:
     s = float(np.median(np.abs(np.diff(f, axis=1)))) / (0.6745 * np.sqrt(2.0))
     if not s > 0:
         return None
-    return float(np.sqrt(_clipped_normal_var(np.median(f, axis=1), s).sum())) * cine.voxel_volume_ml
+    return float(np.sqrt(_clipped_normal_var(np.median(f, axis=1), s).sum())) * voxel_ml
 
 
 def _clipped_normal_var(mu: np.ndarray, s: float) -> np.ndarray:
@@ -213,7 +217,8 @@ def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
             raise ToolError(ErrorCode.shape, f"cine has {np.shape(cine.data)[3]} frames, labels {n}", arg="cine")
     curves = volume_curves(data, labels.voxel_volume_ml)
     lv = curves["lv"]
-    pv = blood_volume_curve(cine, data) if cine is not None else None
+    fr = blood_fractions(cine, data) if cine is not None else None  # once: the curve and its noise
+    pv = _blood_curve(fr, cine.voxel_volume_ml) if fr is not None else None
     phase_curve = lv if pv is None else pv
     outliers = outlier_frames(phase_curve)
     usable = np.where(outliers, np.nan, phase_curve)
@@ -228,7 +233,7 @@ def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
            "lv_volume_ed_ml": float(lv[ed]), "lv_volume_es_ml": float(lv[es]),
            "lv_volume_curve_ml": [round(float(v), 4) for v in lv],
            "rv_volume_curve_ml": [round(float(v), 4) for v in curves["rv"]]}
-    sd = curve_noise_sd(cine, data) if pv is not None else None
+    sd = _noise_sd(fr, cine.voxel_volume_ml) if fr is not None else None
     margins = phase_margins(usable, sd) if sd and np.count_nonzero(np.isfinite(usable)) >= 3 else None
     if pv is not None:
         row["lv_blood_curve_ml"] = [round(float(v), 4) for v in pv]

@@ -207,6 +207,22 @@ def label_cine_agreement(image: np.ndarray, labels: np.ndarray, lv_label: int = 
     return dict(zip(("contrast", "bright_myo", "dark_lv", "enclosed"), (float(v) for v in med)))
 
 
+def label_cine_problems(a: dict[str, float], p: LabelsCineParams) -> dict[str, str]:
+    """The limits of ``p`` that the statistics ``a`` (:func:`label_cine_agreement`) break, by
+    name (``contrast``, ``bright_myo``, ``enclosed``; ``no_lv_myo`` when nothing was measured),
+    each with its message; empty when the labels agree with the cine."""
+    if not np.isfinite(a["contrast"]):
+        return {"no_lv_myo": "no frame has both an LV and a myocardium label"}
+    out = {}
+    if a["contrast"] < p.min_contrast:
+        out["contrast"] = f"LV is not brighter than the myocardium (contrast {a['contrast']:.2f})"
+    if a["bright_myo"] > p.max_bright_myo:
+        out["bright_myo"] = f"{100 * a['bright_myo']:.0f} % of the myocardium is as bright as blood"
+    if a["enclosed"] < p.min_enclosed:
+        out["enclosed"] = f"only {100 * a['enclosed']:.0f} % of the LV's rim is myocardium"
+    return out
+
+
 @check("labels_match_cine", LabelsCineParams)
 def labels_match_cine(x: Inputs, p: LabelsCineParams) -> Verdict:
     """The label cine agrees with the bright-blood cine it was drawn on
@@ -230,19 +246,14 @@ def labels_match_cine(x: Inputs, p: LabelsCineParams) -> Verdict:
     a = label_cine_agreement(cine.data, seg.data, p.lv_label, p.myo_label)
     limit = (f"contrast ≥ {p.min_contrast:g}, bright MYO ≤ {100 * p.max_bright_myo:g} %, "
              f"LV rim MYO ≥ {100 * p.min_enclosed:g} %")
+    problems = list(label_cine_problems(a, p).values())
     if not np.isfinite(a["contrast"]):
-        return Verdict(False, None, limit, "no frame has both an LV and a myocardium label")
-    problems = []
-    if a["contrast"] < p.min_contrast:
-        problems.append(f"LV is not brighter than the myocardium (contrast {a['contrast']:.2f})")
-    if a["bright_myo"] > p.max_bright_myo:
-        problems.append(f"{100 * a['bright_myo']:.0f} % of the myocardium is as bright as blood")
-    if a["enclosed"] < p.min_enclosed:
-        problems.append(f"only {100 * a['enclosed']:.0f} % of the LV's rim is myocardium")
+        return Verdict(False, None, limit, problems[0])
     stats = (f"contrast {a['contrast']:.2f}, bright MYO {100 * a['bright_myo']:.1f} %, "
              f"dark LV {100 * a['dark_lv']:.1f} %, LV rim MYO {100 * a['enclosed']:.0f} %")
     return Verdict(not problems, a["bright_myo"], limit, ("; ".join(problems) + f" ({stats})") if problems else stats)
 
 
-__all__ = ["ed_greater_than_es", "edv_range", "ef_range", "label_cine_agreement", "labels_match_cine",
+__all__ = ["ed_greater_than_es", "edv_range", "ef_range", "label_cine_agreement", "label_cine_problems",
+           "labels_match_cine",
            "phases_consistent", "volumes_match_seg"]
