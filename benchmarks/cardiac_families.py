@@ -66,8 +66,21 @@ def run_case(ph, bundle: str | None, method: str = "auto") -> dict[str, Any]:
         "seg_method": seg.meta.get("method"), "seg_fallback": seg.meta.get("fallback"),
         "ed_es_confidence": phases.rows[0].get("ed_es_confidence"),
         "ed_es_ambiguous": phases.rows[0].get("ed_es_ambiguous"),
+        "ef_range_pts": (round(row["lv_ef_max_pct"] - row["lv_ef_min_pct"], 3) if "lv_ef_max_pct" in row else None),
+        "phase_ef_cost_pts": phase_ef_cost(got, ed, es, truth["ed_frame"], truth["es_frame"]),
+        "seg_network_frames": seg.meta.get("network_frames", []),
         "labels_match_cine": labels_check(cine, got),
     }
+
+
+def phase_ef_cost(labels: np.ndarray, ed: int, es: int, ed_true: int, es_true: int) -> float:
+    """|EF at the chosen frames - EF at the true frames| on the same (the chain's) labels, in
+    points: what the ED/ES choice alone costs the EF, segmentation error left out."""
+    lv = np.count_nonzero(labels == 3, axis=(0, 1, 2)).astype(float)
+
+    def ef(a: int, b: int) -> float:
+        return 100.0 * (lv[a] - lv[b]) / lv[a] if lv[a] > 0 else 0.0
+    return round(abs(ef(ed, es) - ef(ed_true, es_true)), 3)
 
 
 def labels_check(cine, labels: np.ndarray) -> dict[str, Any]:
@@ -110,6 +123,15 @@ def flag_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "ed_es_exact_when_flagged": round(float(np.mean([r["ed_es_exact"] for r in amb])), 4) if amb else None,
         "ed_es_exact_when_not": round(float(np.mean([r["ed_es_exact"] for r in clear])), 4) if clear else None,
         "ed_es_mean_confidence": round(float(np.mean([r["ed_es_confidence"] for r in rows])), 4)}
+    missed = [r for r in rows if not r["ed_es_exact"] and r.get("phase_ef_cost_pts") is not None]
+    if missed:
+        cost = [r["phase_ef_cost_pts"] for r in missed]
+        out["phase_ef_cost_pts_when_missed"] = {"cases": len(cost), "median": round(float(np.median(cost)), 3),
+                                                "max": round(float(np.max(cost)), 3)}
+    ranges = [r["ef_range_pts"] for r in amb if r.get("ef_range_pts") is not None]
+    if ranges:
+        out["ef_range_pts_when_flagged"] = {"median": round(float(np.median(ranges)), 3),
+                                            "max": round(float(np.max(ranges)), 3)}
     if all("labels_match_cine" in r for r in rows):
         out["labels_match_cine_failed"] = [{"case": r["case"], "dice_lv": r["dice"]["lv"]}
                                            for r in rows if not r["labels_match_cine"]["ok"]]

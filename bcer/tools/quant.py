@@ -177,6 +177,39 @@ def _ef(edv: float, esv: float) -> float:
     return 100.0 * (edv - esv) / edv if edv > 0 else 0.0
 
 
+def phase_sensitivity(curves: dict[str, np.ndarray], ed: int, es: int, phases: Table | None) -> dict[str, Any]:
+    """How far the ejection fractions rest on cardiac.ed_es's choice of frames.
+
+    Always ``ed_es_confidence`` and ``ed_es_ambiguous`` when ``phases`` has them. Where the pick
+    is flagged as within the curve's noise, the runner-up frame of each phase in doubt
+    (``ed_alternative``/``es_alternative``: a phase whose own factor of the confidence,
+    Phi(margin), is below sqrt(0.8), so the weaker phase always is) and the least and largest
+    LV/RV EF over the chosen and alternative frames. Nothing for metadata frames (they are not
+    the curve's choice) or a phases table without margins (no cine)."""
+    from scipy.stats import norm
+
+    from .cardiac import AMBIGUOUS
+
+    row = phases.rows[0] if phases is not None and phases.rows else {}
+    if row.get("source") == "metadata" or not isinstance(row.get("ed_es_ambiguous"), bool):
+        return {}
+    out: dict[str, Any] = {"ed_es_confidence": row.get("ed_es_confidence"), "ed_es_ambiguous": row["ed_es_ambiguous"]}
+    if not row["ed_es_ambiguous"]:
+        return out
+    n = len(curves["lv"])
+    frames = {"ed": [ed], "es": [es]}
+    for ph in ("ed", "es"):
+        alt, margin = row.get(f"{ph}_runner_up"), row.get(f"{ph}_margin_sd")
+        if alt is not None and margin is not None and 0 <= int(alt) < n and norm.cdf(margin) < AMBIGUOUS ** 0.5:
+            out[f"{ph}_alternative"] = int(alt)
+            frames[ph].append(int(alt))
+    for side in ("lv", "rv"):
+        c = curves[side]
+        efs = [_ef(float(c[a]), float(c[b])) for a in frames["ed"] for b in frames["es"]]
+        out[f"{side}_ef_min_pct"], out[f"{side}_ef_max_pct"] = min(efs), max(efs)
+    return out
+
+
 def robust_segment_wall_mm(rows: list[dict[str, Any]]) -> float:
     """Thickest sector wall (mm) that at least two slices reach.
 
@@ -218,10 +251,12 @@ _FUNCTION_UNITS = {
     "bsa_m2": "m2", "lv_edvi_ml_m2": "mL/m2", "lv_esvi_ml_m2": "mL/m2", "rv_edvi_ml_m2": "mL/m2",
     "rv_esvi_ml_m2": "mL/m2", "lv_mass_index_g_m2": "g/m2", "median_segment_thickening_pct": "%",
     "min_segment_thickening_pct": "%", "max_segment_wall_mm": "mm", "robust_segment_wall_mm": "mm", "n_abnormal_segments": "segments", "n_segments": "segments",
-    "ed_frame": "frame", "es_frame": "frame", "height_cm": "cm", "weight_kg": "kg"}
+    "ed_frame": "frame", "es_frame": "frame", "height_cm": "cm", "weight_kg": "kg",
+    "ed_alternative": "frame", "es_alternative": "frame", "lv_ef_min_pct": "%", "lv_ef_max_pct": "%",
+    "rv_ef_min_pct": "%", "rv_ef_max_pct": "%"}
 
 
-@tool("quant.cardiac_function", version="1.2", milestone="quantification",
+@tool("quant.cardiac_function", version="1.3", milestone="quantification",
       resources={"num_cpus": 1, "memory_mb": 1024}, output="function")
 def cardiac_function(labels: Mask, params: CardiacFunctionParams, phases: Table | None = None) -> Table:
     """LV/RV volumes and ejection fractions, myocardial mass, wall thickness, BSA-indexed values
@@ -237,7 +272,9 @@ def cardiac_function(labels: Mask, params: CardiacFunctionParams, phases: Table 
     ``weight_kg`` (indexed values are left out without them). Regional function: per slice and
     sector, ray-cast wall thickness at ED and ES; a segment is abnormal when it thickens less
     than ``akinesia_thickening_pct`` and is thinner than ``thinning_ratio`` x the median wall
-    (the per-segment list is in ``meta["regional"]``).
+    (the per-segment list is in ``meta["regional"]``). With a phases table from the curve
+    (``cardiac.ed_es`` given the cine), its confidence, and where it is ambiguous the EF range
+    over the runner-up frames (:func:`phase_sensitivity`).
 
     Returns:
         One-row Table (see ``Table.units`` for every column's unit).
@@ -270,6 +307,7 @@ def cardiac_function(labels: Mask, params: CardiacFunctionParams, phases: Table 
         log.info("quant.cardiac_function: no height/weight, BSA-indexed values left out")
     summary, regional = _regional(ed_lab, es_lab, labels.affine, params)
     row.update(summary)
+    row.update(phase_sensitivity(curves, ed, es, phases))
     if row["rv_edv_ml"] == 0:
         log.info("quant.cardiac_function: no RV voxels (label %d) at ED", RV)
     meta = {"method": "label counts x voxel volume; Mosteller BSA; EDT wall thickness; ray-cast regional, world-anchored sectors",

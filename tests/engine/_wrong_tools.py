@@ -59,6 +59,18 @@ def seg_cardiac_small_cavity(cine: Cine, params: CardiacParams, device: str = "c
     return Mask(lab, m.affine, dict(m.meta), labels=dict(m.labels))
 
 
+@tool("xwrong.seg_cardiac_lost_frame", milestone="segmentation", resources=CPU, output="labels")
+def seg_cardiac_lost_frame(cine: Cine, params: CardiacParams, device: str = "cpu") -> Mask:
+    """The real cardiac labels with the LV removed from one mid-cycle frame (the frame of median
+    LV volume, so neither ED nor ES): the function table is unchanged, the label cine is not."""
+    m = cardiac(cine, params, device)
+    lab = np.asarray(m.data).copy()
+    counts = np.count_nonzero(lab == 3, axis=(0, 1, 2))
+    t = int(np.argsort(counts)[counts.size // 2])
+    lab[..., t][lab[..., t] == 3] = 0
+    return Mask(lab, m.affine, dict(m.meta, lost_frame=t), labels=dict(m.labels))
+
+
 @tool("xwrong.function_ef120", milestone="quantification", resources=CPU, output="function")
 def function_ef120(labels: Mask, params: CardiacFunctionParams, phases: Table | None = None) -> Table:
     """The real cardiac function table with the LV ejection fraction replaced by 120 %."""

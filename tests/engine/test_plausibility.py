@@ -270,6 +270,22 @@ def test_labels_match_the_cine(tmp_path) -> None:
     assert r.ok is None and "not applicable" in r.message  # k-space input: no cine deliverable to judge against
 
 
+def test_cavities_in_every_frame(tmp_path) -> None:
+    _, lab = _heart()  # LV radius 6, 5, 4, 3: the smallest frame is (3/6)^2 ~ 25 % of the largest
+    r = run("cavities_every_frame", tmp_path, {"seg": nii(tmp_path / "seg.nii.gz", lab)}, "seg")
+    counts = np.count_nonzero(lab == 3, axis=(0, 1, 2))
+    assert r.ok and r.value == pytest.approx(counts.min() / counts.max())
+    lost = lab.copy()
+    lost[..., 2][lost[..., 2] == 3] = 0  # frame 2 lost its LV, ED (0) and ES (3) untouched
+    r = run("cavities_every_frame", tmp_path, {"seg": nii(tmp_path / "lost.nii.gz", lost)}, "seg")
+    assert r.ok is False and r.value == 0.0 and "LV in frame(s) [2] is 0 % of its largest frame (0)" in r.message
+    no_rv = np.where(lab == 1, 0, lab).astype(np.int16)
+    r = run("cavities_every_frame", tmp_path, {"seg": nii(tmp_path / "norv.nii.gz", no_rv)}, "seg")
+    assert r.ok is False and "no RV in any frame" in r.message
+    r = run("cavities_every_frame", tmp_path, {"seg": nii(tmp_path / "3d.nii.gz", lab[..., 0])}, "seg")
+    assert r.ok is None and "not applicable" in r.message
+
+
 # ---- brain --------------------------------------------------------------------------------
 
 @pytest.fixture

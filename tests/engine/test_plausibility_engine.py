@@ -37,6 +37,7 @@ WRONG = {
     "ef_120": ("cardiac_report", "quant.cardiac_function", "xwrong.function_ef120", "ef_range"),
     "ed_below_es": ("cardiac_report", "cardiac.ed_es", "xwrong.ed_es_swapped", "ed_greater_than_es"),
     "cavity_too_small": ("cardiac_report", "seg.cardiac", "xwrong.seg_cardiac_small_cavity", "labels_match_cine"),
+    "lost_frame": ("cardiac_report", "seg.cardiac", "xwrong.seg_cardiac_lost_frame", "cavities_every_frame"),
     "recon_wrong_matrix": ("recon_cardiac", "recon.sense", "xwrong.recon_encoded_matrix", "recon_matrix"),
     "tumour_outside_brain": ("segment_brain", "seg.brain_tumor", "xwrong.tumour_outside", "tumour_in_brain"),
 }
@@ -109,6 +110,7 @@ def test_the_values_that_made_them_implausible(outcomes) -> None:
     assert value["ef_120"] == 120.0                  # %
     assert value["ed_below_es"] < 0                  # EDV - ESV, mL
     assert value["cavity_too_small"] > 0.15          # share of myocardium voxels as bright as blood
+    assert value["lost_frame"] == 0.0                # the emptied frame's LV / the largest frame's
     assert value["lesion_outside_gland"] == 0.0      # share of the far lesion's box in the gland
     assert value["tumour_outside_brain"] < 0.5       # share of tumour voxels inside the brain
     assert value["recon_wrong_matrix"] == 2.0        # twice the header matrix's in-plane voxels

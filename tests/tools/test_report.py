@@ -136,3 +136,50 @@ def test_errors() -> None:
     with pytest.raises(ToolError) as e:  # a findings artifact where a table is expected
         call_tool("report.structured", {"measurements": Findings([])})
     assert e.value.code == ErrorCode.schema
+
+
+def _randomised_chain(seed: int, ed_frame: int | None = None):
+    """cardiac.ed_es with the cine (so with margins) -> quant.cardiac_function -> report, on a
+    randomised cine with its truth labels (seed 6031: ES within the noise of frame 11)."""
+    from bcer.datasets.cardiac import family_ranges
+
+    with family_ranges("randomised"):
+        ph = make_cardiac("amb", seed, "small", group="NOR", family="randomised")
+    params = {} if ed_frame is None else {"ed_frame": ed_frame}
+    phases = _run("ed_es", "cardiac.ed_es", {"labels": ph.labels["seg"], "cine": ph.sequences["CINE"]},
+                  params)["phases"]
+    fn = _run("function", "quant.cardiac_function", {"labels": ph.labels["seg"], "phases": phases},
+              {"height_cm": ph.metadata["height"], "weight_kg": ph.metadata["weight"]})["function"]
+    cls = _run("acdc", "classify.cardiac_acdc", {"function": fn})["classification"]
+    rep = _run("report", "report.structured", {"measurements": fn, "classification": cls})["report"]
+    return ph, phases.rows[0], fn, cls, rep
+
+
+def test_cardiac_report_states_phases_within_the_noise() -> None:
+    from bcer.actors.r4 import reflect
+    from bcer.tools.reporting import build_evidence, realise
+
+    ph, phases, fn, cls, rep = _randomised_chain(6031)
+    row = fn.rows[0]
+    assert phases["ed_es_ambiguous"] and row["ed_es_ambiguous"] and row["ed_es_confidence"] == phases["ed_es_confidence"]
+    assert "ed_alternative" not in row and row["es_alternative"] == phases["es_runner_up"] == 11  # only ES in doubt
+    lv = np.asarray(ph.truth["lv_volume_curve_ml"])  # the truth labels' curve: the EF range is exact
+    efs = [100 * (lv[row["ed_frame"]] - lv[es]) / lv[row["ed_frame"]] for es in (row["es_frame"], 11)]
+    assert (row["lv_ef_min_pct"], row["lv_ef_max_pct"]) == pytest.approx((min(efs), max(efs)), rel=1e-9)
+    assert row["lv_ef_min_pct"] <= row["lv_ef_pct"] <= row["lv_ef_max_pct"]
+    assert "does not clearly separate end-systole from frame 11 `[function.function.es_alternative]`" in rep.text
+    check_numbers(rep, {("function", "function"): fn, ("acdc", "classification"): cls})
+    ev = build_evidence(measurements=fn, classification=cls)
+    assert ev.concepts["ambiguous cardiac phase"].present
+    assert reflect(realise(ev), ev) == []  # the R4 Reflector accepts the sentence
+
+
+def test_cardiac_report_is_silent_on_clear_or_given_phases() -> None:
+    _, phases, fn, _, rep = _randomised_chain(6000)  # margins of several noise SDs
+    assert phases["ed_es_ambiguous"] is False and fn.rows[0]["ed_es_ambiguous"] is False
+    assert not any(k in fn.rows[0] for k in ("lv_ef_min_pct", "ed_alternative", "es_alternative"))
+    assert "End-diastole is frame 3 `[function.function.ed_frame]`" in rep.text
+    assert "does not clearly separate" not in rep.text
+    _, phases, fn, _, rep = _randomised_chain(6031, ed_frame=6)  # metadata frames: not the curve's choice
+    assert phases["source"] == "metadata" and "ed_es_confidence" not in fn.rows[0]
+    assert "does not clearly separate" not in rep.text

@@ -157,6 +157,42 @@ def volumes_match_seg(x: Inputs, p: SegVolumeParams) -> Verdict:
                    f"{worst} {t:.1f} mL vs {m:.1f} mL in the label cine ({100 * rel[worst]:.2f} % apart)")
 
 
+class EveryFrameParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    labels: dict[str, int] = Field(default_factory=lambda: {"LV": 3, "RV": 1}, description="cavities checked")
+    min_fraction: float = Field(0.1, gt=0, lt=1, description="smallest frame / largest frame, per cavity")
+
+
+@check("cavities_every_frame", EveryFrameParams)
+def cavities_every_frame(x: Inputs, p: EveryFrameParams) -> Verdict:
+    """Each ventricle of the label cine is present in every frame at no less than 10 % of its
+    largest frame: a smaller frame would mean an ejection fraction above 90 % between those
+    two frames (the ``ef_range`` bound), so the frame lost its cavity (a segmentation failure)
+    even when the ED/ES frames, and with them the function table, avoid it. A study that
+    reads the delivered labels frame by frame must not get an empty frame as a success.
+    Value: the smallest fraction over cavities and frames."""
+    seg = x.nifti()
+    data = np.asarray(seg.data)
+    if data.ndim != 4:
+        return Verdict(None, None, "", f"not applicable: labels are {data.ndim}-D, not a (X, Y, Z, T) cine")
+    worst, problems = 1.0, []
+    for name, label in p.labels.items():
+        counts = np.count_nonzero(data == label, axis=(0, 1, 2)).astype(float)
+        if not counts.max() > 0:
+            problems.append(f"no {name} in any frame")
+            worst = 0.0
+            continue
+        frac = counts / counts.max()
+        worst = min(worst, float(frac.min()))
+        low = np.flatnonzero(frac < p.min_fraction)
+        if low.size:
+            problems.append(f"{name} in frame(s) {low.tolist()} is {100 * float(frac[low].min()):.0f} % of its "
+                            f"largest frame ({int(np.argmax(counts))})")
+    limit = f"every frame ≥ {100 * p.min_fraction:g} % of the largest, per cavity"
+    msg = "; ".join(problems) if problems else f"smallest frame {100 * worst:.0f} % of the largest"
+    return Verdict(not problems, worst, limit, msg)
+
+
 class LabelsCineParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     sequence: list[str] = Field(default_factory=lambda: ["CINE"], description="the cine the labels were drawn on")
@@ -254,6 +290,6 @@ def labels_match_cine(x: Inputs, p: LabelsCineParams) -> Verdict:
     return Verdict(not problems, a["bright_myo"], limit, ("; ".join(problems) + f" ({stats})") if problems else stats)
 
 
-__all__ = ["ed_greater_than_es", "edv_range", "ef_range", "label_cine_agreement", "label_cine_problems",
+__all__ = ["cavities_every_frame", "ed_greater_than_es", "edv_range", "ef_range", "label_cine_agreement", "label_cine_problems",
            "labels_match_cine",
            "phases_consistent", "volumes_match_seg"]

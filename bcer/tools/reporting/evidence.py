@@ -150,6 +150,7 @@ _CARDIAC_SIDE = {"lv": "left", "rv": "right", "myo": "left"}
 _CARDIAC_REQUIRED = {"lv_edv_ml", "lv_esv_ml", "lv_ef_pct", "rv_edv_ml", "rv_ef_pct", "myo_mass_g",
                      "lv_edvi_ml_m2", "n_abnormal_segments"}
 _PROSTATE_REQUIRED = {"size_mm", "adc", "volume_ml"}
+PHASE_AMBIGUITY = "ambiguous cardiac phase"  # ED/ES within the phase curve's noise of the runner-up frames
 
 
 def _brain(ev: Evidence, table: Table, origin: dict[str, str]) -> None:
@@ -177,6 +178,9 @@ def _cardiac(ev: Evidence, table: Table, origin: dict[str, str]) -> None:
              role="count" if col.startswith("n_") else "measure")
     for e, label in (("lv", "left ventricle"), ("rv", "right ventricle"), ("myo", "myocardium")):
         ev.entities.setdefault(e, Entity(e, "chamber", label, side=_CARDIAC_SIDE[e]))
+    if isinstance(row.get("ed_es_ambiguous"), bool):  # cardiac.ed_es's own verdict on its frames
+        conf = ev.fact("heart", "ed_es_confidence")
+        ev.concepts[PHASE_AMBIGUITY] = Concept(PHASE_AMBIGUITY, row["ed_es_ambiguous"], [conf.id] if conf else [])
 
 
 def _prostate_findings(ev: Evidence, findings: Findings, origin: dict[str, str]) -> None:
@@ -302,4 +306,4 @@ def build_evidence(measurements: Table | None = None, features: Table | None = N
     return ev
 
 
-__all__ = ["ACDC_LABELS", "Concept", "Entity", "Evidence", "Fact", "build_evidence", "distinct_tables", "origin_of"]
+__all__ = ["ACDC_LABELS", "PHASE_AMBIGUITY", "Concept", "Entity", "Evidence", "Fact", "build_evidence", "distinct_tables", "origin_of"]

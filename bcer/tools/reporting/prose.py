@@ -11,7 +11,7 @@ from typing import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .evidence import Evidence, Fact
+from .evidence import PHASE_AMBIGUITY, Evidence, Fact
 from .lexicon import ZONE_WORDS
 
 _UNITS = {"mL/m2": "mL/m²", "g/m2": "g/m²", "m2": "m²", "1e-6 mm2/s": "µm²/s", "mm2/s": "mm²/s"}
@@ -104,6 +104,26 @@ def _cardiac_lv(ev: Evidence, d: int) -> list[str]:
             + (f" ({num(edvi, d)} indexed)" if edvi else "")
             + f" and {num(_cf(ev, 'lv_esv_ml'), d)} at end-systole, with an ejection fraction of "
               f"{num(_cf(ev, 'lv_ef_pct'), d)}."]
+
+
+def _cardiac_phases(ev: Evidence, d: int) -> list[str]:
+    """The frames used, and, where cardiac.ed_es flags them as within its noise, the frames it
+    cannot tell them from and the EF range over those: how far the EF rests on that choice."""
+    ed, es = _cf(ev, "ed_frame"), _cf(ev, "es_frame")
+    if ed is None or es is None:
+        return []
+    out = [f"End-diastole is frame {num(ed, d)} and end-systole frame {num(es, d)} of the cine."]
+    c = ev.concepts.get(PHASE_AMBIGUITY)
+    conf, lo, hi = _cf(ev, "ed_es_confidence"), _cf(ev, "lv_ef_min_pct"), _cf(ev, "lv_ef_max_pct")
+    alts = [(word, f) for word, f in (("end-diastole", _cf(ev, "ed_alternative")),
+                                      ("end-systole", _cf(ev, "es_alternative"))) if f is not None]
+    if c is None or not c.present or None in (conf, lo, hi) or not alts:
+        return out
+    which = " or ".join(f"{word} from frame {num(f, d)}" for word, f in alts)
+    out.append(f"The phase curve does not clearly separate {which} (phase confidence {num(conf, 2)}); with "
+               f"{'that frame' if len(alts) == 1 else 'those frames'} the left ventricular ejection fraction "
+               f"would lie between {num(lo, d)} and {num(hi, d)}.")
+    return out
 
 
 def _cardiac_mass(ev: Evidence, d: int) -> list[str]:
@@ -221,7 +241,7 @@ SLOTS: dict[str, Callable[[Evidence, int], list[str]]] = {
     "brain.oedema": _brain_part("oedema", "Surrounding oedema measures {vol}, extending up to {diam}.",
                                 "There is no surrounding oedema."),
     "brain.impression": _brain_impression,
-    "cardiac.lv": _cardiac_lv, "cardiac.mass": _cardiac_mass, "cardiac.rv": _cardiac_rv,
+    "cardiac.lv": _cardiac_lv, "cardiac.phases": _cardiac_phases, "cardiac.mass": _cardiac_mass, "cardiac.rv": _cardiac_rv,
     "cardiac.regional": _cardiac_regional, "cardiac.morphology": _cardiac_morphology,
     "cardiac.function": _cardiac_function, "cardiac.impression": _cardiac_impression,
     "prostate.gland": _prostate_gland, "prostate.lesions": _prostate_lesions,
@@ -229,7 +249,7 @@ SLOTS: dict[str, Callable[[Evidence, int], list[str]]] = {
     "general.facts": _general, "general.impression": _general_impression,
 }
 _PLANS = {"brain": ["brain.overview", "brain.enhancing", "brain.necrosis", "brain.oedema", "brain.impression"],
-          "cardiac": ["cardiac.lv", "cardiac.mass", "cardiac.rv", "cardiac.regional", "cardiac.morphology",
+          "cardiac": ["cardiac.lv", "cardiac.phases", "cardiac.mass", "cardiac.rv", "cardiac.regional", "cardiac.morphology",
                       "cardiac.function", "cardiac.impression"],
           "prostate": ["prostate.gland", "prostate.lesions", "prostate.impression"],
           "general": ["general.facts", "general.impression"]}

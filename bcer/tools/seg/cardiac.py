@@ -8,7 +8,8 @@ Methods (``method``):
   better (Dice 0.88/0.90 vs 0.82/0.84) but its LV cavity is biased over the cycle (EF error
   4.7 points mean, 17 max, vs 1.9/5.3 classical); the hybrid keeps the classical EF and
   ED/ES and the network's walls (ACDC group accuracy 0.90 vs 0.85 classical, 0.80 network).
-  ``auto`` checks the network's labels (:func:`network_problem`: an LV in every frame over
+  A frame where the merge loses the LV takes the network's labels (:func:`restore_lost_frames`,
+  ``meta["network_frames"]``). ``auto`` checks the network's labels (:func:`network_problem`: an LV in every frame over
   two slices, a volume curve that beats and does not jump) and uses the classical labels
   alone, saying why in ``meta["fallback"]``, when the check fails or the network cannot run.
 * **network**: the shipped ``cardiac_unet2d`` bundle, a 2-D MONAI UNet trained on the
@@ -127,6 +128,34 @@ def merge_hybrid(classical: np.ndarray, network: np.ndarray) -> np.ndarray:
     return out
 
 
+LOST = 0.6  # a merged frame whose LV is under this fraction of the network's lost the classical LV
+
+
+def restore_lost_frames(merged: np.ndarray, network: np.ndarray) -> list[int]:
+    """Frames where the merge lost the LV take the network's labels (in place); returns them.
+
+    On a frame where the classical method picked the wrong blood pool (a third of the
+    cavity, between two frames of normal size), the network sees almost none of that LV on
+    any slice, so ``merge_hybrid``'s atrium veto removes it everywhere and the frame keeps
+    no LV at all (seen on 3 of 120 randomised cines, seeds 6033, 6039 and 7039, and on a
+    ``bcer data synth`` cohort: an empty frame in the delivered labels). The network's own
+    frame, which passed :func:`network_problem` with the rest of its cycle, stands in whole."""
+    lv_m = np.count_nonzero(merged == 3, axis=(0, 1, 2))
+    lv_n = np.count_nonzero(network == 3, axis=(0, 1, 2))
+    lost = np.flatnonzero((lv_n > 0) & (lv_m < LOST * lv_n))
+    for t in lost:
+        merged[..., t] = network[..., t]
+    return [int(t) for t in lost]
+
+
+def _merge(classical: np.ndarray, network: np.ndarray, meta: dict[str, Any]) -> np.ndarray:
+    out = merge_hybrid(classical, network)
+    if lost := restore_lost_frames(out, network):
+        log.info("seg.cardiac: the merge lost the LV in frame(s) %s; the network's labels stand in", lost)
+        meta["network_frames"] = lost
+    return out
+
+
 def _hybrid(cine: Cine, data: np.ndarray, params: CardiacParams, device: str) -> tuple[np.ndarray, dict[str, Any]]:
     """``merge_hybrid`` of the classical labels and the network's (``bundle_dir`` or the shipped
     one); network errors are raised."""
@@ -137,7 +166,7 @@ def _hybrid(cine: Cine, data: np.ndarray, params: CardiacParams, device: str) ->
     meta = {**meta, "method": HYBRID, "network": net_meta}
     if problem := network_problem(net):
         meta["check"] = problem
-    return merge_hybrid(labels, net), meta
+    return _merge(labels, net, meta), meta
 
 
 def _auto(cine: Cine, data: np.ndarray, params: CardiacParams, device: str) -> tuple[np.ndarray, dict[str, Any]]:
@@ -154,7 +183,8 @@ def _auto(cine: Cine, data: np.ndarray, params: CardiacParams, device: str) -> t
     except ToolError as e:
         problem = f"network failed: {e.code.value}: {e.message}"
     if problem is None:
-        return merge_hybrid(labels, net), {**meta, "method": HYBRID, "network": net_meta}
+        meta = {**meta, "method": HYBRID, "network": net_meta}
+        return _merge(labels, net, meta), meta
     log.warning("seg.cardiac: %s; classical method used alone", problem)
     meta["fallback"] = {"from": "network", "reason": problem}
     return labels, meta
@@ -212,8 +242,8 @@ def _crop(cine: Cine, box: tuple[slice, slice, slice]) -> Cine:
 
 # The version names the shipped network too: the node cache keys on (tool, version, params,
 # inputs), so new weights under the same version would be served old labels from a cache.
-# 2.5 = cardiac_unet2d 0.3.0 (pericardial fat widened in training); 2.4 ran 0.2.0.
-@tool("seg.cardiac", version="2.5", milestone="segmentation",
+# 2.6 = 2.5 + restore_lost_frames; 2.5 = cardiac_unet2d 0.3.0 (pericardial fat widened in training).
+@tool("seg.cardiac", version="2.6", milestone="segmentation",
       resources={"num_cpus": 1, "memory_mb": 2048}, gpu="optional", output="labels")
 def cardiac(cine: Cine, params: CardiacParams, device: str = "cpu") -> Mask:
     """RV/MYO/LV labels (1/2/3) on every frame of a short-axis cine.
