@@ -172,6 +172,17 @@ def test_cardiac_report_states_phases_within_the_noise() -> None:
     ev = build_evidence(measurements=fn, classification=cls)
     assert ev.concepts["ambiguous cardiac phase"].present
     assert reflect(realise(ev), ev) == []  # the R4 Reflector accepts the sentence
+    # a draft without the doubt (an LLM's, an older exemplar's plan) misses required facts and
+    # gets the template's sentence inserted
+    from bcer.actors.r4 import repair
+
+    draft = realise(ev)
+    draft.findings = [s for s in draft.findings if "does not clearly separate" not in s]
+    issues = [i for i in reflect(draft, ev) if i.type == "missing"]
+    assert {"ed_es_confidence", "es_alternative", "lv_ef_min_pct", "lv_ef_max_pct"} == {k for i in issues for k in i.expected}
+    fixed, _ = repair(draft, ev, issues)
+    assert any("does not clearly separate end-systole" in s for s in fixed.findings)
+    assert reflect(fixed, ev) == []
 
 
 def test_cardiac_report_is_silent_on_clear_or_given_phases() -> None:

@@ -151,6 +151,7 @@ _CARDIAC_REQUIRED = {"lv_edv_ml", "lv_esv_ml", "lv_ef_pct", "rv_edv_ml", "rv_ef_
                      "lv_edvi_ml_m2", "n_abnormal_segments"}
 _PROSTATE_REQUIRED = {"size_mm", "adc", "volume_ml"}
 PHASE_AMBIGUITY = "ambiguous cardiac phase"  # ED/ES within the phase curve's noise of the runner-up frames
+_PHASE_DOUBT = {"ed_es_confidence", "ed_alternative", "es_alternative", "lv_ef_min_pct", "lv_ef_max_pct"}
 
 
 def _brain(ev: Evidence, table: Table, origin: dict[str, str]) -> None:
@@ -181,6 +182,10 @@ def _cardiac(ev: Evidence, table: Table, origin: dict[str, str]) -> None:
     if isinstance(row.get("ed_es_ambiguous"), bool):  # cardiac.ed_es's own verdict on its frames
         conf = ev.fact("heart", "ed_es_confidence")
         ev.concepts[PHASE_AMBIGUITY] = Concept(PHASE_AMBIGUITY, row["ed_es_ambiguous"], [conf.id] if conf else [])
+        if row["ed_es_ambiguous"]:  # then the report must state the doubt (R4 inserts it when a draft omits it)
+            for f in ev.facts.values():
+                if f.node == origin["node"] and f.field == origin["field"] and f.name in _PHASE_DOUBT:
+                    f.required = True
 
 
 def _prostate_findings(ev: Evidence, findings: Findings, origin: dict[str, str]) -> None:
