@@ -290,6 +290,5 @@ def labels_match_cine(x: Inputs, p: LabelsCineParams) -> Verdict:
     return Verdict(not problems, a["bright_myo"], limit, ("; ".join(problems) + f" ({stats})") if problems else stats)
 
 
-__all__ = ["cavities_every_frame", "ed_greater_than_es", "edv_range", "ef_range", "label_cine_agreement", "label_cine_problems",
-           "labels_match_cine",
-           "phases_consistent", "volumes_match_seg"]
+__all__ = ["cavities_every_frame", "ed_greater_than_es", "edv_range", "ef_range", "label_cine_agreement",
+           "label_cine_problems", "labels_match_cine", "phases_consistent", "volumes_match_seg"]

@@ -311,4 +311,5 @@ def build_evidence(measurements: Table | None = None, features: Table | None = N
     return ev
 
 
-__all__ = ["ACDC_LABELS", "PHASE_AMBIGUITY", "Concept", "Entity", "Evidence", "Fact", "build_evidence", "distinct_tables", "origin_of"]
+__all__ = ["ACDC_LABELS", "PHASE_AMBIGUITY", "Concept", "Entity", "Evidence", "Fact", "build_evidence",
+           "distinct_tables", "origin_of"]

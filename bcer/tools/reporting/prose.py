@@ -241,7 +241,8 @@ SLOTS: dict[str, Callable[[Evidence, int], list[str]]] = {
     "brain.oedema": _brain_part("oedema", "Surrounding oedema measures {vol}, extending up to {diam}.",
                                 "There is no surrounding oedema."),
     "brain.impression": _brain_impression,
-    "cardiac.lv": _cardiac_lv, "cardiac.phases": _cardiac_phases, "cardiac.mass": _cardiac_mass, "cardiac.rv": _cardiac_rv,
+    "cardiac.lv": _cardiac_lv, "cardiac.phases": _cardiac_phases, "cardiac.mass": _cardiac_mass,
+    "cardiac.rv": _cardiac_rv,
     "cardiac.regional": _cardiac_regional, "cardiac.morphology": _cardiac_morphology,
     "cardiac.function": _cardiac_function, "cardiac.impression": _cardiac_impression,
     "prostate.gland": _prostate_gland, "prostate.lesions": _prostate_lesions,
@@ -249,8 +250,8 @@ SLOTS: dict[str, Callable[[Evidence, int], list[str]]] = {
     "general.facts": _general, "general.impression": _general_impression,
 }
 _PLANS = {"brain": ["brain.overview", "brain.enhancing", "brain.necrosis", "brain.oedema", "brain.impression"],
-          "cardiac": ["cardiac.lv", "cardiac.phases", "cardiac.mass", "cardiac.rv", "cardiac.regional", "cardiac.morphology",
-                      "cardiac.function", "cardiac.impression"],
+          "cardiac": ["cardiac.lv", "cardiac.phases", "cardiac.mass", "cardiac.rv", "cardiac.regional",
+                      "cardiac.morphology", "cardiac.function", "cardiac.impression"],
           "prostate": ["prostate.gland", "prostate.lesions", "prostate.impression"],
           "general": ["general.facts", "general.impression"]}
 

@@ -9,9 +9,10 @@ Methods (``method``):
   4.7 points mean, 17 max, vs 1.9/5.3 classical); the hybrid keeps the classical EF and
   ED/ES and the network's walls (ACDC group accuracy 0.90 vs 0.85 classical, 0.80 network).
   A frame where the merge loses the LV takes the network's labels (:func:`restore_lost_frames`,
-  ``meta["network_frames"]``). ``auto`` checks the network's labels (:func:`network_problem`: an LV in every frame over
-  two slices, a volume curve that beats and does not jump) and uses the classical labels
-  alone, saying why in ``meta["fallback"]``, when the check fails or the network cannot run.
+  ``meta["network_frames"]``). ``auto`` checks the network's labels (:func:`network_problem`:
+  an LV in every frame over two slices, a volume curve that beats and does not jump) and uses
+  the classical labels alone, saying why in ``meta["fallback"]``, when the check fails or the
+  network cannot run.
 * **network**: the shipped ``cardiac_unet2d`` bundle, a 2-D MONAI UNet trained on the
   randomised phantom family by ``scripts/train_bundle.py``, on the frame and its slice's
   temporal std (:mod:`.cardiac_net`); every slice of every frame is one 2-D batch; the
