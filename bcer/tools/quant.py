@@ -177,6 +177,10 @@ def _ef(edv: float, esv: float) -> float:
     return 100.0 * (edv - esv) / edv if edv > 0 else 0.0
 
 
+def _is_frame(v: Any, n: int) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 0 <= int(v) < n
+
+
 def phase_sensitivity(curves: dict[str, np.ndarray], ed: int, es: int, phases: Table | None) -> dict[str, Any]:
     """How far the ejection fractions rest on cardiac.ed_es's choice of frames.
 
@@ -200,7 +204,9 @@ def phase_sensitivity(curves: dict[str, np.ndarray], ed: int, es: int, phases: T
     frames = {"ed": [ed], "es": [es]}
     for ph in ("ed", "es"):
         alt, margin = row.get(f"{ph}_runner_up"), row.get(f"{ph}_margin_sd")
-        if alt is not None and margin is not None and 0 <= int(alt) < n and norm.cdf(margin) < AMBIGUOUS ** 0.5:
+        if not (_is_frame(alt, n) and isinstance(margin, (int, float)) and np.isfinite(margin)):
+            continue  # another tool's phases table without usable margins: no alternative claimed
+        if norm.cdf(margin) < AMBIGUOUS ** 0.5:
             out[f"{ph}_alternative"] = int(alt)
             frames[ph].append(int(alt))
     for side in ("lv", "rv"):
