@@ -76,11 +76,10 @@ def run_case(ph, bundle: str | None, method: str = "auto") -> dict[str, Any]:
 def phase_ef_cost(labels: np.ndarray, ed: int, es: int, ed_true: int, es_true: int) -> float:
     """|EF at the chosen frames - EF at the true frames| on the same (the chain's) labels, in
     points: what the ED/ES choice alone costs the EF, segmentation error left out."""
-    lv = np.count_nonzero(labels == 3, axis=(0, 1, 2)).astype(float)
+    from bcer.tools.quant import ejection_fraction
 
-    def ef(a: int, b: int) -> float:
-        return 100.0 * (lv[a] - lv[b]) / lv[a] if lv[a] > 0 else 0.0
-    return round(abs(ef(ed, es) - ef(ed_true, es_true)), 3)
+    lv = np.count_nonzero(labels == 3, axis=(0, 1, 2)).astype(float)
+    return round(abs(ejection_fraction(lv[ed], lv[es]) - ejection_fraction(lv[ed_true], lv[es_true])), 3)
 
 
 def labels_check(cine, labels: np.ndarray) -> dict[str, Any]:

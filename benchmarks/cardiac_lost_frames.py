@@ -57,14 +57,8 @@ def case(seed: int, i: int, family: str = "randomised") -> dict:
     net, _ = sc._network(canon, np.asarray(canon.data), sc.CardiacParams(), "cpu", str(shipped_bundle()))
     if sc.network_problem(net):
         return {"seed": seed, "network_fallback": True}
-    from nibabel import orientations as nib_ornt
-
-    from bcer.tools.seg.cardiac_net import inverse_ornt
-
     def back(lab: np.ndarray) -> np.ndarray:
-        out = np.zeros(np.shape(cine.data), np.int16)
-        out[box] = nib_ornt.apply_orientation(lab, inverse_ornt(ornt))
-        return out
+        return sc.to_stored_grid(lab, np.shape(cine.data), box, ornt)
 
     old = sc.merge_hybrid(cl, net)
     new = old.copy()

@@ -134,10 +134,15 @@ def _clipped_normal_var(mu: np.ndarray, s: float) -> np.ndarray:
     return np.maximum(m2 - m1 ** 2, 0.0)
 
 
-def phase_margins(curve: np.ndarray, sd: float) -> dict[str, float | int]:
+AMBIGUOUS = 0.8  # ed_es_confidence below this: the table says the choice is within the noise
+
+
+def phase_margins(curve: np.ndarray, sd: float) -> dict[str, float | int | bool]:
     """How clearly the curve's extremes stand out: the runner-up frames and the gaps to them in
     units of the difference of two noisy frames (sqrt 2 x ``sd``); ``confidence`` is
-    Phi(ED margin) x Phi(ES margin). Outlier frames are NaN in ``curve`` and never runners-up."""
+    Phi(ED margin) x Phi(ES margin), and a phase is in doubt (``ed_in_doubt``/``es_in_doubt``)
+    when its own factor is below sqrt(``AMBIGUOUS``), so a flagged pick always has one. Outlier
+    frames are NaN in ``curve`` and never runners-up."""
     from scipy.stats import norm
 
     v = np.asarray(curve, np.float64)
@@ -147,11 +152,10 @@ def phase_margins(curve: np.ndarray, sd: float) -> dict[str, float | int]:
     es, es2 = int(low[0]), int(low[1])
     scale = np.sqrt(2.0) * sd
     m_ed, m_es = float((v[ed] - v[ed2]) / scale), float((v[es2] - v[es]) / scale)
+    p_ed, p_es = float(norm.cdf(m_ed)), float(norm.cdf(m_es))
     return {"ed_runner_up": ed2, "es_runner_up": es2, "ed_margin_sd": round(m_ed, 3), "es_margin_sd": round(m_es, 3),
-            "ed_es_confidence": round(float(norm.cdf(m_ed) * norm.cdf(m_es)), 3)}
-
-
-AMBIGUOUS = 0.8  # ed_es_confidence below this: the table says the choice is within the noise
+            "ed_es_confidence": round(p_ed * p_es, 3), "ed_es_ambiguous": p_ed * p_es < AMBIGUOUS,
+            "ed_in_doubt": p_ed < AMBIGUOUS ** 0.5, "es_in_doubt": p_es < AMBIGUOUS ** 0.5}
 
 
 def outlier_frames(curve: np.ndarray) -> np.ndarray:
@@ -177,7 +181,7 @@ def _check_frame(value: int | None, n_frames: int, arg: str) -> None:
                         f"(0..{n_frames - 1})", arg=arg)
 
 
-@tool("cardiac.ed_es", version="1.3", milestone="phase_detection", resources={"num_cpus": 1, "memory_mb": 512},
+@tool("cardiac.ed_es", version="1.4", milestone="phase_detection", resources={"num_cpus": 1, "memory_mb": 512},
       output="phases")
 def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
     """End-diastolic and end-systolic frames from the LV volume curve (or from metadata).
@@ -198,8 +202,8 @@ def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
         One-row Table: ``ed_frame``, ``es_frame``, ``n_frames``, ``source``, the LV and RV volume
         curves (lists, mL) and the LV volumes at ED/ES. With the cine, also how clearly the
         curve's own choice stands out (:func:`phase_margins`): the runner-up frames, the margins
-        in noise units, ``ed_es_confidence`` and ``ed_es_ambiguous`` (confidence < 0.8: the
-        curve cannot tell the chosen frame from the runner-up). On four randomised sets
+        in noise units, ``ed_es_confidence``, ``ed_es_ambiguous`` (confidence < 0.8: the
+        curve cannot tell the chosen frame from the runner-up) and which phase is in doubt. On four randomised sets
         (seg.cardiac labels, two kept back) unflagged picks were exact on 0.88-0.98 of cines,
         flagged ones on 0.42-0.89; the mean confidence was within -7..+14 points of the exact
         rate, so it is a score, not a probability.
@@ -238,14 +242,14 @@ def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
     if pv is not None:
         row["lv_blood_curve_ml"] = [round(float(v), 4) for v in pv]
     if margins is not None:
-        row.update(margins, phase_noise_sd_ml=round(sd, 4), ed_es_ambiguous=margins["ed_es_confidence"] < AMBIGUOUS)
+        row.update(margins, phase_noise_sd_ml=round(sd, 4))
     method = ("argmax/argmin LV volume" if pv is None else
               "argmax/argmin partial-volume LV blood signal (cine in a fixed region around the LV labels)")
     meta = {"method": method, "curve_ed_frame": auto_ed, "curve_es_frame": auto_es,
             "label_count_frames": [int(np.argmax(lv)), int(np.argmin(lv))],
             "outlier_frames": [int(i) for i in np.flatnonzero(outliers)],
             "agrees_with_curve": (ed, es) == (auto_ed, auto_es)}
-    if margins is not None and margins["ed_es_confidence"] < AMBIGUOUS:
+    if margins is not None and margins["ed_es_ambiguous"]:
         log.info("cardiac.ed_es: ED %d / ES %d within the noise of frames %d / %d (confidence %.2f)", auto_ed, auto_es,
                  margins["ed_runner_up"], margins["es_runner_up"], margins["ed_es_confidence"])
     if given and not meta["agrees_with_curve"]:

@@ -173,7 +173,8 @@ def _frames(phases: Table | None, lv_curve: np.ndarray) -> tuple[int, int, str]:
     return ed, es, "phases"
 
 
-def _ef(edv: float, esv: float) -> float:
+def ejection_fraction(edv: float, esv: float) -> float:
+    """EF in % from end-diastolic and end-systolic volumes (0 without an EDV)."""
     return 100.0 * (edv - esv) / edv if edv > 0 else 0.0
 
 
@@ -185,15 +186,10 @@ def phase_sensitivity(curves: dict[str, np.ndarray], ed: int, es: int, phases: T
     """How far the ejection fractions rest on cardiac.ed_es's choice of frames.
 
     Always ``ed_es_confidence`` and ``ed_es_ambiguous`` when ``phases`` has them. Where the pick
-    is flagged as within the curve's noise, the runner-up frame of each phase in doubt
-    (``ed_alternative``/``es_alternative``: a phase whose own factor of the confidence,
-    Phi(margin), is below sqrt(0.8), so the weaker phase always is) and the least and largest
-    LV/RV EF over the chosen and alternative frames. Nothing for metadata frames (they are not
-    the curve's choice) or a phases table without margins (no cine)."""
-    from scipy.stats import norm
-
-    from .cardiac import AMBIGUOUS
-
+    is flagged as within the curve's noise, the runner-up frame of each phase the table says is
+    in doubt (``ed_alternative``/``es_alternative``; :func:`.cardiac.phase_margins` decides) and
+    the least and largest LV/RV EF over the chosen and alternative frames. Nothing for metadata
+    frames (they are not the curve's choice) or a phases table without margins (no cine)."""
     row = phases.rows[0] if phases is not None and phases.rows else {}
     if row.get("source") == "metadata" or not isinstance(row.get("ed_es_ambiguous"), bool):
         return {}
@@ -203,15 +199,13 @@ def phase_sensitivity(curves: dict[str, np.ndarray], ed: int, es: int, phases: T
     n = len(curves["lv"])
     frames = {"ed": [ed], "es": [es]}
     for ph in ("ed", "es"):
-        alt, margin = row.get(f"{ph}_runner_up"), row.get(f"{ph}_margin_sd")
-        if not (_is_frame(alt, n) and isinstance(margin, (int, float)) and np.isfinite(margin)):
-            continue  # another tool's phases table without usable margins: no alternative claimed
-        if norm.cdf(margin) < AMBIGUOUS ** 0.5:
+        alt = row.get(f"{ph}_runner_up")
+        if row.get(f"{ph}_in_doubt") is True and _is_frame(alt, n):  # another tool's table may lack both
             out[f"{ph}_alternative"] = int(alt)
             frames[ph].append(int(alt))
     for side in ("lv", "rv"):
         c = curves[side]
-        efs = [_ef(float(c[a]), float(c[b])) for a in frames["ed"] for b in frames["es"]]
+        efs = [ejection_fraction(float(c[a]), float(c[b])) for a in frames["ed"] for b in frames["es"]]
         out[f"{side}_ef_min_pct"], out[f"{side}_ef_max_pct"] = min(efs), max(efs)
     return out
 
@@ -299,7 +293,7 @@ def cardiac_function(labels: Mask, params: CardiacFunctionParams, phases: Table 
     for side, curve in (("lv", curves["lv"]), ("rv", curves["rv"])):
         edv, esv = float(curve[ed]), float(curve[es])
         row.update({f"{side}_edv_ml": edv, f"{side}_esv_ml": esv, f"{side}_sv_ml": edv - esv,
-                    f"{side}_ef_pct": _ef(edv, esv)})
+                    f"{side}_ef_pct": ejection_fraction(edv, esv)})
     row["myo_volume_ml"] = float(curves["myo"][ed])
     row["myo_mass_g"] = row["myo_volume_ml"] * MYO_DENSITY_G_ML
     row["max_wall_thickness_mm"] = max_wall_thickness_mm(ed_lab == LV, ed_lab == MYO, (sx, sy))

@@ -174,19 +174,20 @@ def test_roi_errors() -> None:
 
 
 def test_cardiac_function_phase_doubt_from_a_foreign_phases_table() -> None:
-    """A phases table from another tool: margins that are not numbers or frames outside the
-    cine claim no alternative; a flagged table with usable ones gives the EF range (exact)."""
+    """A phases table from another tool: runner-ups that are not frames of the cine claim no
+    alternative even for phases said to be in doubt; a flagged table with usable ones gives the
+    EF range (exact) over the phase in doubt only."""
     ph = make_cardiac("pd", 3, size="small", group="NOR")
     seg = ph.labels["seg"]
     lv = np.asarray(ph.truth["lv_volume_curve_ml"])
     ed, es = ph.truth["ed_frame"], ph.truth["es_frame"]
     base = {"ed_frame": ed, "es_frame": es, "ed_es_ambiguous": True, "ed_es_confidence": 0.5}
-    odd = Table([dict(base, ed_runner_up="x", es_runner_up=99, ed_margin_sd=0.1, es_margin_sd=None)])
+    odd = Table([dict(base, ed_runner_up="x", es_runner_up=99, ed_in_doubt=True, es_in_doubt=True)])
     row = call_tool("quant.cardiac_function", {"labels": seg, "phases": odd})["function"].rows[0]
     assert row["ed_es_ambiguous"] and "ed_alternative" not in row and "es_alternative" not in row
     alt = (es + 1) % len(lv)
-    good = Table([dict(base, ed_runner_up=ed, es_runner_up=alt, ed_margin_sd=5.0, es_margin_sd=0.1)])
+    good = Table([dict(base, ed_runner_up=ed, es_runner_up=alt, ed_in_doubt=False, es_in_doubt=True)])
     row = call_tool("quant.cardiac_function", {"labels": seg, "phases": good})["function"].rows[0]
-    assert row["es_alternative"] == alt and "ed_alternative" not in row  # ED's margin of 5 SD is clear
+    assert row["es_alternative"] == alt and "ed_alternative" not in row  # ED is not in doubt
     efs = sorted(100 * (lv[ed] - lv[b]) / lv[ed] for b in (es, alt))
     assert (row["lv_ef_min_pct"], row["lv_ef_max_pct"]) == pytest.approx(efs, rel=1e-9)

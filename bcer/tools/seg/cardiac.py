@@ -233,6 +233,19 @@ def _canonical(cine: Cine) -> tuple[Cine, np.ndarray]:
                 dict(cine.meta)), ornt
 
 
+def to_stored_grid(labels: np.ndarray, shape: tuple[int, ...], box: tuple[slice, slice, slice],
+                   ornt: np.ndarray) -> np.ndarray:
+    """Labels of the canonical content box (:func:`_canonical` of :func:`_crop`) back on the
+    stored grid of ``shape``, zero outside the box."""
+    from nibabel import orientations as nib_ornt
+
+    from .cardiac_net import inverse_ornt
+
+    out = np.zeros(shape, np.int16)
+    out[box] = nib_ornt.apply_orientation(labels, inverse_ornt(ornt))
+    return out
+
+
 def _crop(cine: Cine, box: tuple[slice, slice, slice]) -> Cine:
     """The cine restricted to ``box`` (same lattice: only the affine's origin moves)."""
     start = np.array([b.start or 0 for b in box], np.float64)
@@ -290,12 +303,7 @@ def cardiac(cine: Cine, params: CardiacParams, device: str = "cpu") -> Mask:
             meta["check"] = problem  # a bundle the caller chose is not replaced; the trace says why it looks wrong
     else:
         labels, meta = _auto(cine, data, params, device)
-    from nibabel import orientations as nib_ornt
-
-    from .cardiac_net import inverse_ornt
-
-    out = np.zeros(full.shape, np.int16)
-    out[box] = nib_ornt.apply_orientation(labels, inverse_ornt(ornt))
+    out = to_stored_grid(labels, full.shape, box, ornt)
     vox = cine.voxel_volume_ml
     lv = np.count_nonzero(out == 3, axis=(0, 1, 2)) * vox
     meta.update(lv_volume_curve_ml=[float(v) for v in lv], n_frames=t,
