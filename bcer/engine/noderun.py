@@ -147,12 +147,17 @@ def time_limit(seconds: float | None) -> Iterator[None]:
         raise _NodeTimeout()
 
     previous = signal.signal(signal.SIGALRM, _raise)
+    # a worker runs many tasks: one whose C code blocked SIGALRM and never unblocked it would
+    # otherwise leave every later node in this process without its limit (the alarm stays
+    # pending until the call returns by itself)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
     signal.setitimer(signal.ITIMER_REAL, float(seconds))
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _input_digests(spec: dict[str, Any], deps: tuple[dict[str, Any], ...]) -> dict[str, str | None]:
