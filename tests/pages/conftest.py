@@ -16,7 +16,7 @@ def bench_out(ray_local, tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("bench")
     run_bench(["prostate_report", "cardiac_report", "recon_cardiac", "register_prostate", "segment_brain"],
-              n_cases=1, out=out, size="small", seed=3, max_in_flight=1)
+              n_cases=1, out=out, size="small", seed=3, max_in_flight=2)
     return out
 
 

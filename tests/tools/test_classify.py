@@ -63,8 +63,8 @@ def test_acdc_accuracy_from_segmented_labels() -> None:
 
 
 @pytest.mark.slow
-def test_acdc_accuracy_from_segmented_labels_50_cases() -> None:
-    acc, wrong = _acdc_from_segmentation(range(600, 610))  # 10 per group (>= 90 %)
+def test_acdc_accuracy_from_segmented_labels_30_cases() -> None:
+    acc, wrong = _acdc_from_segmentation(range(600, 606))  # 6 per group, 30 cines (>= 90 %: at most 3 wrong)
     assert acc >= 0.9, wrong
 
 
