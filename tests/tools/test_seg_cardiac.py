@@ -172,6 +172,8 @@ def test_no_frame_loses_its_lv() -> None:
         ph = make_cardiac("lf", 6033, "small", group="MINF", family="randomised", borderline=False)
     out = call_tool("seg.cardiac", {"cine": ph.sequences["CINE"]})["labels"]
     truth = np.asarray(ph.labels["seg"].data)
-    assert out.meta["network_frames"] == [6, 13, 14]
+    # the three frames are restored; a fourth borderline one on another machine's arithmetic would not
+    # make the deliverable wrong, the worst-frame Dice below would
+    assert {6, 13, 14} <= set(out.meta["network_frames"]), out.meta["network_frames"]
     worst = min(dice(out.data[..., t] == 3, truth[..., t] == 3) for t in range(truth.shape[3]))
     assert worst >= 0.9, worst
