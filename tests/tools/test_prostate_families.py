@@ -81,7 +81,7 @@ def test_registration_adc_to_t2w(family: str, seed: int, n_lesions: int) -> None
 
 
 @pytest.mark.parametrize("family,seed,n_lesions", _cases(LESION_MISSES))
-def test_lesions_found_without_false_positives(family: str, seed: int, n_lesions: int) -> None:
+def test_every_lesion_found(family: str, seed: int, n_lesions: int) -> None:
     r = _chain(family, seed, n_lesions)
     truth, items = r["ph"].truth["lesions"], r["found"].items
     assert len(truth) == n_lesions
