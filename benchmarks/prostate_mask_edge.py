@@ -16,7 +16,7 @@ Tune only on ``--family randomised``; ``heldout`` is measured, never tuned on.
 from __future__ import annotations
 
 import argparse
-import copy
+import dataclasses
 import json
 import sys
 import time
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from eval_prostate import _seg_reg, lesion_scores  # noqa: E402
 
 from bcer.datasets.prostate import make_prostate  # noqa: E402
-from bcer.tools.registry import call_tool  # noqa: E402
+from bcer.tools.registry import call_tool, get_tool  # noqa: E402
 
 VARIANTS = ("as_segmented", "dilated_1vox", "eroded_1vox")
 
@@ -40,9 +40,7 @@ def _moved(gland, variant: str):
     if variant == "as_segmented":
         return gland
     op = ndimage.binary_dilation if variant == "dilated_1vox" else ndimage.binary_erosion
-    out = copy.copy(gland)
-    object.__setattr__(out, "data", op(g0, np.ones((3, 3, 1), bool)).astype(np.uint8))
-    return out
+    return dataclasses.replace(gland, data=op(g0, np.ones((3, 3, 1), bool)).astype(np.uint8))
 
 
 def run(family: str, cases: int, seed0: int, cache: str | None) -> dict[str, Any]:
@@ -82,8 +80,6 @@ def main() -> None:
     t0 = time.time()
     res = run(args.family, args.cases, args.seed0, args.cache)
     res.update({"what": __doc__.split("\n")[0], "label": args.label, "wall_s": round(time.time() - t0, 1)})
-    from bcer.tools.registry import get_tool
-
     res["detect_version"] = get_tool("detect.prostate_lesions").spec.version
     print(json.dumps(res["summary"], indent=1))
     if args.out:
