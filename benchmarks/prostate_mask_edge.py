@@ -43,7 +43,8 @@ def _moved(gland, variant: str):
     return dataclasses.replace(gland, data=op(g0, np.ones((3, 3, 1), bool)).astype(np.uint8))
 
 
-def run(family: str, cases: int, seed0: int, cache: str | None) -> dict[str, Any]:
+def run(family: str, cases: int, seed0: int, cache: str | None, params: dict[str, Any] | None = None
+        ) -> dict[str, Any]:
     rows = []
     for k in range(seed0, seed0 + cases):
         ph = make_prostate(f"{family[:2]}{k:03d}", k, "small", n_lesions=(1, 2, 0)[k % 3], family=family,
@@ -53,7 +54,8 @@ def run(family: str, cases: int, seed0: int, cache: str | None) -> dict[str, Any
         for v in VARIANTS:
             f = call_tool("detect.prostate_lesions", {"adc": ph.sequences["ADC"], "dwi": ph.sequences["DWI"],
                                                       "gland": _moved(seg["gland"], v), "zones": seg["zones"],
-                                                      "t2w": ph.sequences["T2w"], "transform": reg["transform"]})
+                                                      "t2w": ph.sequences["T2w"], "transform": reg["transform"]},
+                          params or {})
             s = lesion_scores(f["findings"].items, ph.truth["lesions"])
             row[v] = {"hits": s["hits"], "n_true": s["n_true"], "fp": s["fp"]}
         rows.append(row)
@@ -75,11 +77,14 @@ def main() -> None:
     ap.add_argument("--seed0", type=int, default=0)
     ap.add_argument("--cache", default=None)
     ap.add_argument("--label", default="")
+    ap.add_argument("--params", type=json.loads, default=None,
+                    help='detect params as JSON, e.g. \'{"periprostatic_rules": false}\' (1.4\'s rule)')
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     t0 = time.time()
-    res = run(args.family, args.cases, args.seed0, args.cache)
-    res.update({"what": __doc__.split("\n")[0], "label": args.label, "wall_s": round(time.time() - t0, 1)})
+    res = run(args.family, args.cases, args.seed0, args.cache, args.params)
+    res.update({"what": __doc__.split("\n")[0], "label": args.label, "params": args.params or {},
+                "wall_s": round(time.time() - t0, 1)})
     res["detect_version"] = get_tool("detect.prostate_lesions").spec.version
     print(json.dumps(res["summary"], indent=1))
     if args.out:

@@ -41,6 +41,13 @@ evidence on both zones here, T2w sets each lesion's outline and its T2 ratio):
    that touches none of the first reading's is kept when it is a PZ lesion: mostly PZ on the
    ADC grid and on the T2w zones (TZ tissue labelled PZ at the border outlines on the TZ side
    of the finer T2w zones, and is dropped) (``_pz_reading``).
+5. What is not a lesion whatever the mask says (``_not_a_lesion``): a gland mask one voxel
+   too large (within what two networks or two machines give) takes in periprostatic tissue
+   that reads as restricted against the zone. Fat has a very low ADC but no DWI signal
+   (``blackout_adc_ratio``); the capsule has an ADC 20-30 % below the PZ's and a T2w like a
+   lesion's, and enters as a sheet one voxel wide along the mask's edge, which PI-RADS v2.1
+   calls linear (score 2) unless it is markedly DWI-bright (``linear_length_vox``). "Markedly
+   DWI-bright" is ``edge_dwi_ratio`` x the zone's normal-tissue DWI in both rules.
 
 The noise SD comes from neighbour differences (tissue structure cancels); every size is in
 mL/mm, so the rule is the same on the small and full grids.
@@ -107,6 +114,21 @@ class LesionParams(BaseModel):
     max_lesions: int = Field(5, ge=1, le=50, description="keep at most this many (largest volume first)")
     pz_reading: bool = Field(True, description="also read the PZ side of the border band against the PZ's own level "
                                                "and keep what it finds there as PZ lesions (step 4)")
+    blackout_adc_ratio: float = Field(0.4, ge=0.0, le=1.0,
+                                      description="a lesion whose median ADC is below this x its reference must have "
+                                                  "median DWI at least edge_dwi_ratio x its zone's normal tissue: "
+                                                  "restricted diffusion that marked is markedly DWI-bright; low ADC "
+                                                  "without it is fat or low-signal tissue (step 5)")
+    linear_length_vox: float = Field(3.0, ge=1.0, le=50.0,
+                                     description="a lesion one ADC voxel wide in-plane in every slice, at least this "
+                                                 "many in-plane voxels long and lying along the gland's edge must have "
+                                                 "median DWI at least edge_dwi_ratio x its zone's normal tissue: "
+                                                 "PI-RADS v2.1 scores linear findings 2, and a mask one voxel too "
+                                                 "large takes in the capsule as such a sheet (step 5)")
+    linear_depth_vox: float = Field(2.0, ge=0.0, le=10.0,
+                                    description="how deep (in-plane ADC voxels) inside the gland's edge a linear lesion "
+                                                "is read as lying along it")
+    periprostatic_rules: bool = Field(True, description="step 5 on (False: 1.4's rule, for comparison)")
 
 
 def _carry(data: np.ndarray, src_aff: np.ndarray, dst_aff: np.ndarray, dst_shape: tuple[int, ...],
@@ -149,6 +171,7 @@ class _Maps(NamedTuple):
     ref: np.ndarray  # each voxel's normal ADC (its zone's level; the lower one at the zone border)
     thr: np.ndarray  # the strict threshold on ``sa``
     dref: np.ndarray  # each voxel's zone median DWI
+    dnorm: np.ndarray  # each voxel's zone normal-tissue DWI (at the zone's normal ADC level)
     gl: np.ndarray  # where lesions are searched: gland voxels and the rim around them
     covered: np.ndarray  # gland voxels with solid tissue around them (``sa`` is an average there)
     info: dict[str, Any]
@@ -191,7 +214,8 @@ def _candidates(a: np.ndarray, d: np.ndarray, frac: np.ndarray, zo: np.ndarray, 
     sd = _noise_sd(a, inner)
     sd_s = max(min(_robust(sa[m])[1] for m in inner.values()), 1e-6)  # noise left after smoothing
     area = gl | _rim(gl, spacing, p.rim_mm)
-    ref, dref, levels = _references(a, d, zones, inner, band if band_ref else np.zeros_like(band), area, spacing, sd)
+    ref, dref, dnorm, levels = _references(a, d, zones, inner, band if band_ref else np.zeros_like(band), area,
+                                           spacing, sd)
     thr = ref - np.maximum(np.maximum(p.adc_margin_sd * sd_s, p.adc_contrast * ref), p.adc_margin_min)
     dwi_thr = p.dwi_ratio * min(float(np.median(d[m])) for m in inner.values())
     bright = sdw > dwi_thr
@@ -208,7 +232,7 @@ def _candidates(a: np.ndarray, d: np.ndarray, frac: np.ndarray, zo: np.ndarray, 
                                                              p.adc_margin_min)) for n in levels},
             "dwi_threshold": dwi_thr, "smooth_mm": p.smooth_mm}
     info["adc_threshold"] = min(info["adc_threshold_zone"].values())
-    return _Maps(core, loose, sa, ref, thr, dref, area, covered, info)
+    return _Maps(core, loose, sa, ref, thr, dref, dnorm, area, covered, info)
 
 
 def _split_levels(comps: np.ndarray, n: int, a: np.ndarray, thr: np.ndarray, sd: float,
@@ -323,6 +347,28 @@ def _pz_reading(comps: np.ndarray, n: int, own: tuple[np.ndarray, int], zo: np.n
         comps[comp] = n
         added.add(n)
     return comps, n, added
+
+
+def _not_a_lesion(comp: np.ndarray, a: np.ndarray, d: np.ndarray, mp: _Maps, depth: np.ndarray,
+                  spacing: tuple[float, ...], affine: np.ndarray, p: LesionParams) -> str:
+    """Why a lesion's ADC-grid outline is periprostatic tissue, not a lesion (step 5); "" when
+    it is a lesion. ``depth``: each voxel's distance (mm) inside the gland (share >= 0.5).
+    Thresholds set with ``benchmarks/prostate_mask_edge.py`` on the randomised family only
+    (segmented mask, one voxel larger, one smaller)."""
+    adc_ratio = float(np.median(a[comp]) / max(float(np.median(mp.ref[comp])), 1e-6))
+    dwi_ratio = float(np.median(d[comp]) / max(float(np.median(mp.dnorm[comp])), 1e-6))
+    if dwi_ratio >= p.edge_dwi_ratio:
+        return ""
+    if adc_ratio < p.blackout_adc_ratio:
+        return f"ADC {adc_ratio:.2f}x its reference without DWI signal ({dwi_ratio:.2f}x its zone)"
+    # one voxel wide in-plane in every slice: no voxel has all four in-plane neighbours inside
+    if ndimage.binary_erosion(comp, ndimage.generate_binary_structure(2, 1)[..., None]).any():
+        return ""
+    voxel = max(spacing[:2])
+    length = max_diameter_mm(np.argwhere(comp), affine)
+    if length < p.linear_length_vox * voxel or float(depth[comp].max()) > p.linear_depth_vox * voxel + 1e-6:
+        return ""
+    return f"linear ({length:.1f} mm long, one voxel wide) along the gland's edge with DWI {dwi_ratio:.2f}x its zone"
 
 
 def _box(ijk: np.ndarray) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
@@ -464,7 +510,7 @@ def _area_on_t2(gland: Mask, zo_t2: np.ndarray | None, rim_mm: float) -> tuple[n
     return gl | rim, np.where(rim, zo_t2[tuple(idx)], zo_t2)
 
 
-@tool("detect.prostate_lesions", version="1.4", milestone="detection", resources={"num_cpus": 1, "memory_mb": 1024},
+@tool("detect.prostate_lesions", version="1.5", milestone="detection", resources={"num_cpus": 1, "memory_mb": 1024},
       output="findings")
 def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, zones: Mask | None = None,
                      transform: Transform | None = None, t2w: Image | None = None) -> Findings:
@@ -502,7 +548,15 @@ def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, 
                                                                                 band_ref=False),
                                                               params, min_vox, adc.spacing), zo)
     sizes = ndimage.sum_labels(np.ones_like(a), comps, index=np.arange(1, n + 1)) * voxel_ml if n else np.zeros(0)
-    keep = [int(i) + 1 for i in np.argsort(-sizes) if sizes[i] >= params.min_volume_ml][: params.max_lesions]
+    dropped, depth = {}, ndimage.distance_transform_edt(frac >= 0.5, sampling=adc.spacing)
+    for c in range(1, n + 1) if params.periprostatic_rules else ():
+        why = "" if sizes[c - 1] < params.min_volume_ml else _not_a_lesion(comps == c, a, d, mp, depth, adc.spacing,
+                                                                             np.asarray(adc.affine), params)
+        if why:
+            dropped[c] = why
+            log.debug("detect.prostate_lesions: component %d dropped: %s", c, why)
+    keep = [int(i) + 1 for i in np.argsort(-sizes)
+            if sizes[i] >= params.min_volume_ml and int(i) + 1 not in dropped][: params.max_lesions]
     t2 = None if t2w is None else np.asarray(t2w.data, dtype=np.float64)
     normal_t2 = _normal_t2(t2, zo_t2, np.isin(comps, keep), adc.affine, gland.affine, m)
     area_t2, zo_area = _area_on_t2(gland, zo_t2, params.rim_mm)
@@ -518,7 +572,7 @@ def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, 
     meta = {"method": "within-zone smoothed ADC against its zone's normal level, DWI not hypointense, on the "
                       "native ADC grid; 26-connected components; PZ side of the zone border also read against "
                       "the PZ level",
-            "candidates": int(n), "pz_read": len(pz_read),
+            "candidates": int(n), "pz_read": len(pz_read), "not_lesions": sorted(dropped.values()),
             "transform": "given" if transform is not None else "identity (world-aligned)",
             **mp.info}
     log.debug("detect.prostate_lesions: %d lesions (%d components)", len(items), n)

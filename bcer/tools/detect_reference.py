@@ -149,18 +149,24 @@ def _smoothed(a: np.ndarray, d: np.ndarray, frac: np.ndarray, zones: dict[str, n
 
 def _references(a: np.ndarray, d: np.ndarray, zones: dict[str, np.ndarray], inner: dict[str, np.ndarray],
                 band: np.ndarray, area: np.ndarray, spacing: tuple[float, ...], sd: float
-                ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
-    """Each search-area voxel's normal ADC and zone median DWI (a rim voxel takes those of the
-    gland voxel nearest to it), and the zone levels."""
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, float]]:
+    """Each search-area voxel's normal ADC, zone median DWI and the zone's normal-tissue DWI
+    (a rim voxel takes those of the gland voxel nearest to it), and the zone levels.
+
+    The normal-tissue DWI is the median over the zone's voxels at its normal ADC level (not
+    more than 2 noise SDs below it): a lesion filling much of the TZ raises the zone's median
+    DWI to its own, and a lesion then reads as no brighter than its zone."""
     levels = {name: _normal_level(a[m], sd) for name, m in inner.items()}
     ref = _reference(zones, levels, band)
-    dref = np.zeros(a.shape, np.float32)
+    dref, dnorm = np.zeros(a.shape, np.float32), np.zeros(a.shape, np.float32)
     for name, sel in zones.items():
         dref[sel] = float(np.median(d[inner[name]]))
+        normal = inner[name] & (a >= levels[name] - 2.0 * sd)
+        dnorm[sel] = float(np.median(d[normal])) if np.count_nonzero(normal) >= 10 else dref[sel][0]
     gl = np.logical_or.reduce(list(zones.values()))
     rim = area & ~gl
     if rim.any():
         idx = tuple(ndimage.distance_transform_edt(~gl, sampling=spacing, return_distances=False, return_indices=True))
-        ref[rim], dref[rim] = ref[idx][rim], dref[idx][rim]
+        ref[rim], dref[rim], dnorm[rim] = ref[idx][rim], dref[idx][rim], dnorm[idx][rim]
     ref[~area] = 0.0  # outside the search area nothing is below its reference
-    return ref, dref, levels
+    return ref, dref, dnorm, levels

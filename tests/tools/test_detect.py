@@ -277,7 +277,7 @@ def test_outline_keeps_off_a_neighbouring_lesion() -> None:
     d = np.where(a < 1500, 300.0, 100.0)
     ones = np.ones(a.shape, bool)
     mp = _Maps(core=a < 1200, loose=a < 1300, sa=a, ref=np.full(a.shape, 1500.0), thr=np.full(a.shape, 1200.0),
-               dref=np.full(a.shape, 100.0), gl=ones, covered=ones, info={})
+               dref=np.full(a.shape, 100.0), dnorm=np.full(a.shape, 100.0), gl=ones, covered=ones, info={})
     out, n = _outline(comps, 2, a, d, mp, 0.12)
     assert n == 2
     assert np.array_equal(out == 2, comps == 2)  # the small lesion keeps all its 8 voxels
