@@ -44,10 +44,11 @@ evidence on both zones here, T2w sets each lesion's outline and its T2 ratio):
 5. What is not a lesion whatever the mask says (``_not_a_lesion``): a gland mask one voxel
    too large (within what two networks or two machines give) takes in periprostatic tissue
    that reads as restricted against the zone. Fat has a very low ADC but no DWI signal
-   (``blackout_adc_ratio``); the capsule has an ADC 20-30 % below the PZ's and a T2w like a
-   lesion's, and enters as a sheet one voxel wide along the mask's edge, which PI-RADS v2.1
-   calls linear (score 2) unless it is markedly DWI-bright (``linear_length_vox``). "Markedly
-   DWI-bright" is ``edge_dwi_ratio`` x the zone's normal-tissue DWI in both rules.
+   (``blackout_adc_ratio``; at a low b-value less DWI is asked, ``blackout_s0_ratio``); the
+   capsule has an ADC 20-30 % below the PZ's and a T2w like a lesion's, and enters as a sheet
+   one voxel wide along the mask's edge, which PI-RADS v2.1 calls linear (score 2) unless it
+   is markedly DWI-bright (``linear_length_vox``). "Markedly DWI-bright" is ``edge_dwi_ratio``
+   x the zone's normal-tissue DWI in both rules.
 
 The noise SD comes from neighbour differences (tissue structure cancels); every size is in
 mL/mm, so the rule is the same on the small and full grids.
@@ -116,9 +117,15 @@ class LesionParams(BaseModel):
                                                "and keep what it finds there as PZ lesions (step 4)")
     blackout_adc_ratio: float = Field(0.4, ge=0.0, le=1.0,
                                       description="a lesion whose median ADC is below this x its reference must have "
-                                                  "median DWI at least edge_dwi_ratio x its zone's normal tissue: "
-                                                  "restricted diffusion that marked is markedly DWI-bright; low ADC "
-                                                  "without it is fat or low-signal tissue (step 5)")
+                                                  "median DWI at least edge_dwi_ratio x its zone's normal tissue "
+                                                  "(less at a low b-value, see blackout_s0_ratio): restricted "
+                                                  "diffusion that marked is markedly DWI-bright; low ADC without it "
+                                                  "is fat or low-signal tissue (step 5)")
+    blackout_s0_ratio: float = Field(0.5, ge=0.0, le=1.0,
+                                     description="with the DWI's b-value known, the DWI asked of such a lesion is at "
+                                                 "most this x what its ADC drop gives tissue of its zone's b=0 signal "
+                                                 "(exp(b x drop)): at b 800 a lesion at 0.4x the zone's ADC is only "
+                                                 "about 2x brighter, less for a T2-dark one")
     linear_length_vox: float = Field(3.0, ge=1.0, le=50.0,
                                      description="a lesion one ADC voxel wide in-plane in every slice, at least this "
                                                  "many in-plane voxels long and lying along the gland's edge must have "
@@ -350,17 +357,25 @@ def _pz_reading(comps: np.ndarray, n: int, own: tuple[np.ndarray, int], zo: np.n
 
 
 def _not_a_lesion(comp: np.ndarray, a: np.ndarray, d: np.ndarray, mp: _Maps, depth: np.ndarray,
-                  spacing: tuple[float, ...], affine: np.ndarray, p: LesionParams) -> str:
+                  spacing: tuple[float, ...], affine: np.ndarray, p: LesionParams, b_value: float | None = None
+                  ) -> str:
     """Why a lesion's ADC-grid outline is periprostatic tissue, not a lesion (step 5); "" when
     it is a lesion. ``depth``: each voxel's distance (mm) inside the gland (share >= 0.5).
     Thresholds set with ``benchmarks/prostate_mask_edge.py`` on the randomised family only
     (segmented mask, one voxel larger, one smaller)."""
-    adc_ratio = float(np.median(a[comp]) / max(float(np.median(mp.ref[comp])), 1e-6))
+    adc, ref = float(np.median(a[comp])), float(np.median(mp.ref[comp]))
+    adc_ratio = adc / max(ref, 1e-6)
     dwi_ratio = float(np.median(d[comp]) / max(float(np.median(mp.dnorm[comp])), 1e-6))
     if dwi_ratio >= p.edge_dwi_ratio:
         return ""
     if adc_ratio < p.blackout_adc_ratio:
-        return f"ADC {adc_ratio:.2f}x its reference without DWI signal ({dwi_ratio:.2f}x its zone)"
+        # ADC in 1e-6 mm2/s: a lesion of its zone's b=0 signal is exp(b x drop) x brighter
+        need = p.edge_dwi_ratio
+        if b_value:
+            need = min(need, p.blackout_s0_ratio * float(np.exp(b_value * (ref - adc) * 1e-6)))
+        if dwi_ratio < need:
+            return (f"ADC {adc_ratio:.2f}x its reference without DWI signal ({dwi_ratio:.2f}x its zone, "
+                    f"{need:.2f}x asked)")
     # one voxel wide in-plane in every slice: no voxel has all four in-plane neighbours inside
     if ndimage.binary_erosion(comp, ndimage.generate_binary_structure(2, 1)[..., None]).any():
         return ""
@@ -369,6 +384,16 @@ def _not_a_lesion(comp: np.ndarray, a: np.ndarray, d: np.ndarray, mp: _Maps, dep
     if length < p.linear_length_vox * voxel or float(depth[comp].max()) > p.linear_depth_vox * voxel + 1e-6:
         return ""
     return f"linear ({length:.1f} mm long, one voxel wide) along the gland's edge with DWI {dwi_ratio:.2f}x its zone"
+
+
+def _b_value(dwi: Image) -> float | None:
+    """The high-b image's b-value (s/mm2) from its metadata (DICOM DiffusionBValue, a NIfTI
+    .bval), None when not given or not one positive number."""
+    try:
+        b = float(dwi.meta.get("b_value") or 0.0)
+    except (TypeError, ValueError):
+        return None
+    return b if np.isfinite(b) and b > 0 else None
 
 
 def _box(ijk: np.ndarray) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
@@ -549,9 +574,10 @@ def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, 
                                                               params, min_vox, adc.spacing), zo)
     sizes = ndimage.sum_labels(np.ones_like(a), comps, index=np.arange(1, n + 1)) * voxel_ml if n else np.zeros(0)
     dropped, depth = {}, ndimage.distance_transform_edt(frac >= 0.5, sampling=adc.spacing)
+    b_value = _b_value(dwi)
     for c in range(1, n + 1) if params.periprostatic_rules else ():
         why = "" if sizes[c - 1] < params.min_volume_ml else _not_a_lesion(comps == c, a, d, mp, depth, adc.spacing,
-                                                                             np.asarray(adc.affine), params)
+                                                                             np.asarray(adc.affine), params, b_value)
         if why:
             dropped[c] = why
             log.debug("detect.prostate_lesions: component %d dropped: %s", c, why)

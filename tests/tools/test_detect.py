@@ -342,7 +342,7 @@ def test_thin_pz_lesion_at_the_tz_level_is_found(lesion_adc: float) -> None:
 _SPACING = (2.5, 2.5, 3.6)
 
 
-def _edge_case(a_val: float, d_val: float, where: tuple[slice, ...]) -> str:
+def _edge_case(a_val: float, d_val: float, where: tuple[slice, ...], b_value: float | None = None) -> str:
     """``_not_a_lesion`` on a component at ``where`` in a box gland (x 2..17) whose normal
     tissue has ADC 1500 and DWI 100."""
     from scipy import ndimage
@@ -359,7 +359,7 @@ def _edge_case(a_val: float, d_val: float, where: tuple[slice, ...]) -> str:
     mp = _Maps(core=comp, loose=comp, sa=a, ref=np.full(shape, 1500.0), thr=np.full(shape, 1300.0),
                dref=np.full(shape, 100.0), dnorm=np.full(shape, 100.0), gl=full, covered=full, info={})
     depth = ndimage.distance_transform_edt(inside, sampling=_SPACING)
-    return _not_a_lesion(comp, a, d, mp, depth, _SPACING, np.diag([*_SPACING, 1.0]), LesionParams())
+    return _not_a_lesion(comp, a, d, mp, depth, _SPACING, np.diag([*_SPACING, 1.0]), LesionParams(), b_value)
 
 
 _SHEET = (slice(2, 3), slice(5, 13), slice(1, 5))  # the gland's outermost column, 8 voxels (17.5 mm) long
@@ -387,6 +387,30 @@ def test_low_adc_without_dwi_signal_is_not_a_lesion(d_val: float, dropped: bool)
     assert bool(why) == dropped, why
     if dropped:
         assert "without DWI signal" in why and "0.20x" in why
+
+
+@pytest.mark.parametrize("a_val,d_val,b_value,dropped", [
+    (550.0, 1.6, None, True),  # b unknown: 2x asked
+    (550.0, 1.6, 800.0, False),  # b 800: 0.5 x exp(0.8 x 0.95) = 1.07x asked of ADC 0.37x
+    (550.0, 1.6, 2000.0, True),  # b 2000: capped at 2x
+    (300.0, 1.2, 800.0, True),  # fat at b 800: 0.5 x exp(0.8 x 1.2) = 1.31x asked
+])
+def test_dwi_asked_of_low_adc_follows_the_b_value(a_val: float, d_val: float, b_value: float | None,
+                                                  dropped: bool) -> None:
+    """A lesion at ADC 550 (0.37x the zone's 1500) with DWI 1.6x its zone is what a T2-dark
+    lesion gives at b 800; at b 1400-2000 marked restriction is always 2x or more."""
+    why = _edge_case(a_val, 100.0 * d_val, (slice(8, 11), slice(8, 11), slice(2, 4)), b_value)
+    assert bool(why) == dropped, why
+
+
+def test_b_value_read_from_the_dwi_metadata() -> None:
+    from bcer.tools.detect import _b_value
+
+    img = lambda meta: Image(np.zeros((2, 2, 2), np.float32), np.eye(4), meta)  # noqa: E731
+    assert _b_value(img({"b_value": 1400})) == 1400.0
+    assert _b_value(img({"b_value": "800"})) == 800.0
+    assert _b_value(img({})) is None and _b_value(img({"b_value": 0})) is None
+    assert _b_value(img({"b_value": "n/a"})) is None and _b_value(img({"b_value": float("nan")})) is None
 
 
 def test_normal_tissue_dwi_ignores_a_lesion_filling_the_zone() -> None:
