@@ -12,6 +12,10 @@ Sensitivity and false positives per case are scored as the bench scores them
 Tune only on ``--family randomised``; ``heldout`` is measured, never tuned on.
 
     OMP_NUM_THREADS=1 python benchmarks/prostate_mask_edge.py --family randomised --cases 60 --cache /tmp/pcache
+
+``--params '{"periprostatic_rules": false}'`` runs 1.4's rule (no step 5) on the same inputs.
+Results: ``benchmarks/results/prostate_mask_edge_randomised100.json`` (1.4 and 1.5, with how
+step 5's thresholds were set) and ``prostate_mask_edge_heldout40.json`` (measured once each).
 """
 from __future__ import annotations
 

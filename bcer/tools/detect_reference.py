@@ -155,7 +155,7 @@ def _references(a: np.ndarray, d: np.ndarray, zones: dict[str, np.ndarray], inne
 
     The normal-tissue DWI is the median over the zone's voxels at its normal ADC level (not
     more than 2 noise SDs below it): a lesion filling much of the TZ raises the zone's median
-    DWI to its own, and a lesion then reads as no brighter than its zone."""
+    DWI to its own, and against that median the lesion reads as no brighter than its zone."""
     levels = {name: _normal_level(a[m], sd) for name, m in inner.items()}
     ref = _reference(zones, levels, band)
     dref, dnorm = np.zeros(a.shape, np.float32), np.zeros(a.shape, np.float32)
