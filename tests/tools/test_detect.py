@@ -343,11 +343,12 @@ _SPACING = (2.5, 2.5, 3.6)
 
 
 def _edge_case(a_val: float, d_val: float, where: tuple[slice, ...], b_value: float | None = None) -> str:
-    """``_not_a_lesion`` on a component at ``where`` in a box gland (x 2..17) whose normal
+    """``not_a_lesion`` on a component at ``where`` in a box gland (x 2..17) whose normal
     tissue has ADC 1500 and DWI 100."""
     from scipy import ndimage
 
-    from bcer.tools.detect import LesionParams, _Maps, _not_a_lesion
+    from bcer.tools.detect import LesionParams
+    from bcer.tools.detect_periprostatic import not_a_lesion
 
     shape = (20, 20, 6)
     inside = np.zeros(shape, bool)
@@ -355,11 +356,9 @@ def _edge_case(a_val: float, d_val: float, where: tuple[slice, ...], b_value: fl
     comp = np.zeros(shape, bool)
     comp[where] = True
     a, d = np.where(comp, a_val, 1500.0), np.where(comp, d_val, 100.0)
-    full = np.ones(shape, bool)
-    mp = _Maps(core=comp, loose=comp, sa=a, ref=np.full(shape, 1500.0), thr=np.full(shape, 1300.0),
-               dref=np.full(shape, 100.0), dnorm=np.full(shape, 100.0), gl=full, covered=full, info={})
+    ref, dnorm = np.full(shape, 1500.0), np.full(shape, 100.0)
     depth = ndimage.distance_transform_edt(inside, sampling=_SPACING)
-    return _not_a_lesion(comp, a, d, mp, depth, _SPACING, np.diag([*_SPACING, 1.0]), LesionParams(), b_value)
+    return not_a_lesion(comp, a, d, ref, dnorm, depth, _SPACING, np.diag([*_SPACING, 1.0]), LesionParams(), b_value)
 
 
 _SHEET = (slice(2, 3), slice(5, 13), slice(1, 5))  # the gland's outermost column, 8 voxels (17.5 mm) long
@@ -404,7 +403,7 @@ def test_dwi_asked_of_low_adc_follows_the_b_value(a_val: float, d_val: float, b_
 
 
 def test_b_value_read_from_the_dwi_metadata() -> None:
-    from bcer.tools.detect import _b_value
+    from bcer.tools.detect_periprostatic import b_value as _b_value
 
     img = lambda meta: Image(np.zeros((2, 2, 2), np.float32), np.eye(4), meta)  # noqa: E731
     assert _b_value(img({"b_value": 1400})) == 1400.0
