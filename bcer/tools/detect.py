@@ -49,6 +49,11 @@ evidence on both zones here, T2w sets each lesion's outline and its T2 ratio):
    one voxel wide along the mask's edge, which PI-RADS v2.1 calls linear (score 2) unless it
    is markedly DWI-bright (``linear_length_vox``). "Markedly DWI-bright" is ``edge_dwi_ratio``
    x the zone's normal-tissue DWI in both rules.
+6. Outline on T2w (``_refine_on_t2``): the half-way cut between the lesion's own T2w signal
+   and each zone's normal signal, within one ADC voxel of the diffusion outline. Within
+   ``border_mm`` of the other zone the darker zone's cut applies (``t2_border_band``): TZ
+   tissue the zone masks label PZ lies well below the PZ's cut and would extend a TZ lesion
+   by a voxel at its ends (its largest diameter, which PI-RADS compares with 15 mm).
 
 The noise SD comes from neighbour differences (tissue structure cancels); every size is in
 mL/mm, so the rule is the same on the small and full grids.
@@ -137,6 +142,8 @@ class LesionParams(BaseModel):
                                     description="how deep (in-plane ADC voxels) inside the gland's edge a linear lesion "
                                                 "is read as lying along it")
     periprostatic_rules: bool = Field(True, description="step 5 on (False: 1.4's rule, for comparison)")
+    t2_border_band: bool = Field(True, description="on the T2w outline, voxels within border_mm of the other zone are "
+                                                   "dark only below the darker zone's cut (False: 1.5's outline)")
 
 
 def _carry(data: np.ndarray, src_aff: np.ndarray, dst_aff: np.ndarray, dst_shape: tuple[int, ...],
@@ -363,9 +370,10 @@ def _box(ijk: np.ndarray) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
 
 
 def _refine_on_t2(core: np.ndarray, near: np.ndarray, t2: np.ndarray, zo_t2: np.ndarray | None,
-                  normal: dict[int, tuple[float, float]]) -> np.ndarray:
+                  normal: dict[int, tuple[float, float]], band: np.ndarray | None = None) -> np.ndarray:
     """The lesion's outline on the finer T2w grid: the half-way threshold between its own T2w
-    signal and the normal signal of each zone, within one ADC voxel of the diffusion outline.
+    signal and the normal signal of each zone, within one ADC voxel of the diffusion outline;
+    in ``band`` (voxels near the other zone) the lower of the zones' thresholds.
 
     The diffusion outline (``core``) is limited by the coarser ADC grid; T2w contrast (lesions
     are T2-dark) places the border at T2w resolution. Without clear contrast (< 3 noise SDs)
@@ -373,17 +381,20 @@ def _refine_on_t2(core: np.ndarray, near: np.ndarray, t2: np.ndarray, zo_t2: np.
     """
     lesion = float(np.median(t2[core]))
     zmap = np.ones(t2.shape, np.int16) if zo_t2 is None else zo_t2
-    dark = np.zeros(t2.shape, dtype=bool)
-    valid = []
-    for z, (n_med, n_sd) in normal.items():
-        # a zone darker than the lesion itself (e.g. TZ next to a mildly dark PZ lesion)
-        # cannot be told apart from it on T2w: the border stays where diffusion put it there
-        if n_med - lesion >= 3.0 * n_sd:
-            valid.append(z)
-            dark |= near & (zmap == z) & (t2 < 0.5 * (lesion + n_med))
+    # a zone darker than the lesion itself (e.g. TZ next to a mildly dark PZ lesion) cannot
+    # be told apart from it on T2w: the border stays where diffusion put it there
+    thr = {z: 0.5 * (lesion + n_med) for z, (n_med, n_sd) in normal.items() if n_med - lesion >= 3.0 * n_sd}
+    cut = np.full(t2.shape, -np.inf)
+    for z, t in thr.items():
+        cut[zmap == z] = t
+    if band is not None and len(thr) > 1:
+        # where the zone masks are uncertain, the darker zone's cut: TZ tissue the zones label
+        # PZ is well below the PZ's cut and would otherwise extend a TZ lesion
+        cut[band & np.isin(zmap, list(thr))] = min(thr.values())
+    dark = near & (t2 < cut)
     if not dark.any():
         return core
-    dark |= core & ~np.isin(zmap, valid)
+    dark |= core & ~np.isin(zmap, list(thr))
     lab, n = ndimage.label(dark, structure=np.ones((3, 3, 3)))
     hit = np.unique(lab[core & dark])
     refined = np.isin(lab, hit[hit > 0])
@@ -392,7 +403,8 @@ def _refine_on_t2(core: np.ndarray, near: np.ndarray, t2: np.ndarray, zo_t2: np.
 
 def _lesion(idx: int, comp_adc: np.ndarray, a: np.ndarray, adc_aff: np.ndarray, on_t2: np.ndarray,
             gland: Mask, gl: np.ndarray, zo_t2: np.ndarray | None, t2: np.ndarray | None,
-            normal_t2: dict[int, tuple[float, float]], on_grid: bool = False) -> Finding | None:
+            normal_t2: dict[int, tuple[float, float]], on_grid: bool = False,
+            band_t2: np.ndarray | None = None) -> Finding | None:
     """One finding on the T2w grid; ``gl`` is the search area there (gland and rim), ``zo_t2``
     the zones with the rim given its nearest zone; ``on_grid``: diffusion was resampled onto
     the T2w grid."""
@@ -409,7 +421,7 @@ def _lesion(idx: int, comp_adc: np.ndarray, a: np.ndarray, adc_aff: np.ndarray, 
         # within one diffusion voxel of the diffusion outline: the 0.1 level of the carried
         # indicator on the native grid; one voxel when diffusion was resampled onto this grid
         near = ndimage.binary_dilation(m, np.ones((3, 3, 3), bool)) if on_grid else on_t2 >= 0.1
-        m = _refine_on_t2(m, near & gl, t2, zo_t2, normal_t2)
+        m = _refine_on_t2(m, near & gl, t2, zo_t2, normal_t2, band_t2)
     ijk = np.argwhere(m)
     world = vox2world(gland.affine, ijk)
     centroid = world.mean(axis=0)
@@ -496,7 +508,7 @@ def _area_on_t2(gland: Mask, zo_t2: np.ndarray | None, rim_mm: float) -> tuple[n
     return gl | rim, np.where(rim, zo_t2[tuple(idx)], zo_t2)
 
 
-@tool("detect.prostate_lesions", version="1.5", milestone="detection", resources={"num_cpus": 1, "memory_mb": 1024},
+@tool("detect.prostate_lesions", version="1.6", milestone="detection", resources={"num_cpus": 1, "memory_mb": 1024},
       output="findings")
 def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, zones: Mask | None = None,
                      transform: Transform | None = None, t2w: Image | None = None) -> Findings:
@@ -547,12 +559,16 @@ def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, 
     t2 = None if t2w is None else np.asarray(t2w.data, dtype=np.float64)
     normal_t2 = _normal_t2(t2, zo_t2, np.isin(comps, keep), adc.affine, gland.affine, m)
     area_t2, zo_area = _area_on_t2(gland, zo_t2, params.rim_mm)
+    band_t2 = None
+    if t2 is not None and zo_area is not None and params.t2_border_band:
+        band_t2 = _border_band({"PZ": zo_area == 1, "TZ": zo_area == 2}, gland.spacing, params.border_mm)
     on_grid = same_grid(adc.affine, a.shape, gland.affine, np.shape(gland.data), 1e-6)
     items = []
     for comp_id in keep:
         comp = comps == comp_id
         on_t2 = _carry(comp, adc.affine, gland.affine, np.shape(gland.data), m, "linear")
-        f = _lesion(len(items) + 1, comp, a, adc.affine, on_t2, gland, area_t2, zo_area, t2, normal_t2, on_grid)
+        f = _lesion(len(items) + 1, comp, a, adc.affine, on_t2, gland, area_t2, zo_area, t2, normal_t2, on_grid,
+                    band_t2)
         # a lesion read against the PZ's level is a PZ lesion on the T2w zones, or nothing
         if f is not None and (comp_id not in pz_read or f.zone == "PZ"):
             items.append(f)
