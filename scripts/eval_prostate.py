@@ -81,7 +81,8 @@ def _describe(row: dict[str, Any], found, ph) -> None:
     row["found"] = [(f.zone, round(f.attributes["size_mm"], 1), round(f.attributes["adc"])) for f in found.items]
 
 
-def run_case(ph, stages: str = "all", cache: str | None = None) -> dict[str, Any]:
+def run_case(ph, stages: str = "all", cache: str | None = None, params: dict[str, Any] | None = None
+             ) -> dict[str, Any]:
     t2w, adc, dwi = ph.sequences["T2w"], ph.sequences["ADC"], ph.sequences["DWI"]
     row: dict[str, Any] = {"case": ph.case_id, "gland_ml": round(ph.truth["gland_volume_ml"], 1)}
     if stages == "detect":  # detection alone: truth gland, zones and transform
@@ -89,7 +90,8 @@ def run_case(ph, stages: str = "all", cache: str | None = None) -> dict[str, Any
 
         tx = Transform(np.asarray(ph.truth["misalignment"]["matrix"]), "rigid")
         found = call_tool("detect.prostate_lesions", {"adc": adc, "dwi": dwi, "gland": ph.labels["gland"],
-                                                      "zones": ph.labels["zones"], "t2w": t2w, "transform": tx})["findings"]
+                                                      "zones": ph.labels["zones"], "t2w": t2w, "transform": tx},
+                          params or {})["findings"]
         _describe(row, found, ph)
         row["thr"] = round(found.meta["adc_threshold"]), round(found.meta["adc_noise_sd"])
         return row
@@ -116,7 +118,7 @@ def run_case(ph, stages: str = "all", cache: str | None = None) -> dict[str, Any
     if stages == "reg":
         return row
     found = call_tool("detect.prostate_lesions", {"adc": adc, "dwi": dwi, "gland": seg["gland"], "zones": seg["zones"],
-                                                  "t2w": t2w, "transform": reg["transform"]})["findings"]
+                                                  "t2w": t2w, "transform": reg["transform"]}, params or {})["findings"]
     _describe(row, found, ph)
     label = call_tool("classify.pirads", {"findings": found})["classification"].label
     got = int(label.split()[-1])
@@ -131,7 +133,7 @@ def _run(args: argparse.Namespace) -> list[dict[str, Any]]:
     for k in range(args.seed0, args.seed0 + args.cases):  # the case, its seed and lesion pattern: one index
         ph = make_prostate(f"{args.family[:2]}{k:03d}", k, args.size, n_lesions=(1, 2, 0)[k % 3],
                            family=args.family, borderline=args.borderline and k % 3 == 1)
-        row = run_case(ph, args.stages, args.cache)
+        row = run_case(ph, args.stages, args.cache, args.params)
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "ious"} | ({"ious": [round(x, 2) for x in row["ious"]]}
                                                                         if "ious" in row else {})), flush=True)
@@ -151,6 +153,8 @@ def main() -> None:
                                                   "when there, else computed and stored")
     ap.add_argument("--pin", action="append", default=[], metavar="FIELD=LO[,HI]",
                     help="replace one range of the family for the run (prostate.family_ranges), e.g. tz_scale=0.8")
+    ap.add_argument("--params", type=json.loads, default=None,
+                    help='detect.prostate_lesions params as JSON, e.g. \'{"t2_border_band": false}\' (1.5\'s outline)')
     ap.add_argument("--bundle-dir", default=None, help="use this prostate_unet3d folder in place of the shipped one")
     args = ap.parse_args()
     if args.bundle_dir:
@@ -165,7 +169,7 @@ def main() -> None:
     with family_ranges(args.family, **pins):
         rows = _run(args)
     summary: dict[str, Any] = {"family": args.family, "cases": len(rows), "size": args.size, "seed0": args.seed0,
-                               "bundle_dir": args.bundle_dir or "shipped", "pinned": pins}
+                               "bundle_dir": args.bundle_dir or "shipped", "pinned": pins, "params": args.params or {}}
     if args.stages in ("seg", "all"):
         summary.update(dice_mean=float(np.mean([r["dice"] for r in rows])),
                        dice_min=float(np.min([r["dice"] for r in rows])))

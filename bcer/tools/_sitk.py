@@ -9,6 +9,9 @@ their 4x4 RAS form is ``F4 @ M_lps @ F4``.
 """
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -118,3 +121,23 @@ def ras_to_transform(matrix: np.ndarray) -> sitk.AffineTransform:
     tx.SetMatrix(lps[:3, :3].ravel().tolist())
     tx.SetTranslation(lps[:3, 3].tolist())
     return tx
+
+
+_THREADS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def itk_threads(n: int) -> Iterator[None]:
+    """ITK's default thread count set to ``n`` for the block, restored after.
+
+    ITK's v4 metrics take their threads from this process-wide default, not from the
+    registration method's own setting, and multi-threaded Mattes MI sums its per-thread
+    histograms in a varying order: with more than one thread the same registration differs
+    run to run. The lock keeps two blocks in one process from interleaving their settings."""
+    with _THREADS_LOCK:
+        before = sitk.ProcessObject.GetGlobalDefaultNumberOfThreads()
+        sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(int(n))
+        try:
+            yield
+        finally:
+            sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(before)
