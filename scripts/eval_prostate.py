@@ -12,6 +12,8 @@ Usage::
 
     OMP_NUM_THREADS=1 python scripts/eval_prostate.py --family randomised --cases 12 [--seed0 0] [--json OUT]
 
+``--params JSON`` passes detect.prostate_lesions parameters (e.g. ``'{"t2_border_band": false}'`` for
+1.5's T2w outline), so a detector change is compared on the same cached glands and transforms.
 ``--bundle-dir DIR`` runs the chain as if DIR were the shipped ``prostate_unet3d`` (``method=auto``
 with its classical fallback, exactly as ``seg.prostate`` runs the shipped bundle): candidate
 weights are compared with the shipped ones on the same cases before they replace them.

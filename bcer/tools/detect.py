@@ -41,9 +41,9 @@ evidence on both zones here, T2w sets each lesion's outline and its T2 ratio):
    that touches none of the first reading's is kept when it is a PZ lesion: mostly PZ on the
    ADC grid and on the T2w zones (TZ tissue labelled PZ at the border outlines on the TZ side
    of the finer T2w zones, and is dropped) (``_pz_reading``).
-5. What is not a lesion whatever the mask says (``detect_periprostatic.not_a_lesion``): a gland mask one voxel
-   too large (within what two networks or two machines give) takes in periprostatic tissue
-   that reads as restricted against the zone. Fat has a very low ADC but no DWI signal
+5. What is not a lesion whatever the mask says (``detect_periprostatic.not_a_lesion``): a
+   gland mask one voxel too large (within what two networks or two machines give) takes in
+   periprostatic tissue that reads as restricted against the zone. Fat has a very low ADC but no DWI signal
    (``blackout_adc_ratio``; at a low b-value less DWI is asked, ``blackout_s0_ratio``); the
    capsule has an ADC 20-30 % below the PZ's and a T2w like a lesion's, and enters as a sheet
    one voxel wide along the mask's edge, which PI-RADS v2.1 calls linear (score 2) unless it
