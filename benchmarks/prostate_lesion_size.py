@@ -68,8 +68,8 @@ def summarise(rows: list[dict]) -> dict[str, Any]:
             e = np.array([r["found_size_mm"] - r["size_mm"] for r in sel])
             out[f"{zone} {'T2-dark' if dark else 'not dark'}"] = {
                 "n": len(sel), "error_mean_mm": round(float(e.mean()), 2),
-                "error_median_mm": round(float(np.median(e)), 2), "error_sd_mm": round(float(e.std()), 2), "error_min_mm": round(float(e.min()), 2),
-                "error_max_mm": round(float(e.max()), 2)}
+                "error_median_mm": round(float(np.median(e)), 2), "error_sd_mm": round(float(e.std()), 2),
+                "error_min_mm": round(float(e.min()), 2), "error_max_mm": round(float(e.max()), 2)}
     flips = [r["case"] for r in matched if (r["size_mm"] >= SIZE_LARGE_MM) != (r["found_size_mm"] >= SIZE_LARGE_MM)]
     out["across_15_mm"] = {"n": len(flips), "cases": flips}
     return out

@@ -43,11 +43,11 @@ evidence on both zones here, T2w sets each lesion's outline and its T2 ratio):
    of the finer T2w zones, and is dropped) (``_pz_reading``).
 5. What is not a lesion whatever the mask says (``detect_periprostatic.not_a_lesion``): a
    gland mask one voxel too large (within what two networks or two machines give) takes in
-   periprostatic tissue that reads as restricted against the zone. Fat has a very low ADC but no DWI signal
-   (``blackout_adc_ratio``; at a low b-value less DWI is asked, ``blackout_s0_ratio``); the
-   capsule has an ADC 20-30 % below the PZ's and a T2w like a lesion's, and enters as a sheet
-   one voxel wide along the mask's edge, which PI-RADS v2.1 calls linear (score 2) unless it
-   is markedly DWI-bright (``linear_length_vox``). "Markedly DWI-bright" is ``edge_dwi_ratio``
+   periprostatic tissue that reads as restricted against the zone. Fat has a very low ADC but
+   no DWI signal (``blackout_adc_ratio``; at a low b-value less DWI is asked,
+   ``blackout_s0_ratio``); the capsule has an ADC 20-30 % below the PZ's and a T2w like a
+   lesion's, and enters as a sheet one voxel wide along the mask's edge, which PI-RADS v2.1
+   calls linear (score 2) unless it is markedly DWI-bright (``linear_length_vox``). "Markedly DWI-bright" is ``edge_dwi_ratio``
    x the zone's normal-tissue DWI in both rules.
 6. Outline on T2w (``_refine_on_t2``): the half-way cut between the lesion's own T2w signal
    and each zone's normal signal, within one ADC voxel of the diffusion outline. Within
@@ -560,7 +560,7 @@ def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, 
     normal_t2 = _normal_t2(t2, zo_t2, np.isin(comps, keep), adc.affine, gland.affine, m)
     area_t2, zo_area = _area_on_t2(gland, zo_t2, params.rim_mm)
     band_t2 = None
-    if t2 is not None and zo_area is not None and params.t2_border_band:
+    if keep and t2 is not None and zo_area is not None and params.t2_border_band:  # two EDTs on the T2w grid
         band_t2 = _border_band({"PZ": zo_area == 1, "TZ": zo_area == 2}, gland.spacing, params.border_mm)
     on_grid = same_grid(adc.affine, a.shape, gland.affine, np.shape(gland.data), 1e-6)
     items = []
