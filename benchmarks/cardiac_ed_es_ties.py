@@ -5,7 +5,8 @@ Issue 10's ED/ES misses are one-frame ties: the truth's ED (ES) is the frame of 
 EDV. This measures, per case, cardiac.ed_es's partial-volume blood curve
 (:func:`bcer.tools.cardiac.blood_volume_curve`) with the region taken from the truth labels
 (no segmentation: it isolates the phase curve from segmentation errors, and is cheap), and
-scores rules for picking ED/ES from it: the raw arg-max/arg-min (what cardiac.ed_es 1.2 does),
+scores rules for picking ED/ES from it: the raw arg-max/arg-min (cardiac.ed_es 1.2-1.4), the
+curves weighted to each phase's cavity border (``border``, cardiac.ed_es 1.5),
 periodic low-pass (Fourier, K harmonics), a 3-tap smoother, and a curve variant that counts the
 voxels that are LV in every frame (eroded 1 or 2 voxels in-plane) as blood, removing their
 noise from the sum (``interior1``/``interior2``), and the sum over the motion band only
@@ -39,7 +40,7 @@ from scipy import ndimage
 
 from bcer.datasets.cardiac import family_ranges, make_cardiac
 from bcer.metrics import frame_match
-from bcer.tools.cardiac import LV, blood_fractions, blood_volume_curve, curve_noise_sd, phase_margins
+from bcer.tools.cardiac import LV, blood_fractions, blood_volume_curve, curve_noise_sd, phase_curves, phase_margins
 
 GROUPS = ["NOR", "DCM", "HCM", "MINF", "RV"]
 RESULTS = Path(__file__).parent / "results"
@@ -147,6 +148,8 @@ def case_curves(seed: int, i: int, borderline_every: int, labels: str = "truth",
     extra.update(variant_curves(ph.sequences["CINE"], lab))
     extra["pv_motion1"] = [float(x) for x in motion_curve(ph.sequences["CINE"], lab, 1)]
     extra["noise_sd_est"] = curve_noise_sd(ph.sequences["CINE"], lab)
+    pc = phase_curves(blood_fractions(ph.sequences["CINE"], lab), ph.sequences["CINE"].voxel_volume_ml)
+    extra.update(border_ed=[float(x) for x in pc.ed], border_es=[float(x) for x in pc.es], border_sd=[pc.sd_ed, pc.sd_es])
     return {"seed": seed, "pv": [float(x) for x in pv], **extra, "lv": ph.truth["lv_volume_curve_ml"],
             "ed": ph.truth["ed_frame"], "es": ph.truth["es_frame"],
             "slice_profile": bool(ph.truth["acquisition"]["slice_profile"])}
@@ -160,12 +163,14 @@ def score(cases: list[dict]) -> dict:
                 "pv_soft60", "pv_motion1"):
         if key in cases[0]:
             curves[key.removeprefix("pv_")] = (lambda key: lambda c: np.asarray(c[key]))(key)
+    pickers = {name: (lambda f: lambda c: (int(np.argmax(f(c))), int(np.argmin(f(c)))))(f) for name, f in curves.items()}
+    if "border_ed" in cases[0]:  # cardiac.ed_es 1.5: ED on the ED-border curve, ES on the ES-border curve
+        pickers["border"] = lambda c: (int(np.argmax(c["border_ed"])), int(np.argmin(c["border_es"])))
     out = {}
-    for name, curve_of in curves.items():
+    for name, pick in pickers.items():
         misses, tied = [], 0
         for c in cases:
-            sm = curve_of(c)
-            ed, es = int(np.argmax(sm)), int(np.argmin(sm))
+            ed, es = pick(c)
             if (ed, es) != (c["ed"], c["es"]):
                 misses.append(c["seed"])
                 tied += frame_match(ed, c["ed"], c["lv"]) and frame_match(es, c["es"], c["lv"])
@@ -192,12 +197,20 @@ def residual_pct(c: dict) -> float:
     return float(100 * r.std() / lv.max())
 
 
-def calibration(cases: list[dict]) -> dict:
+def calibration(cases: list[dict], border: bool = False) -> dict:
     """``cardiac.ed_es``'s ``ed_es_confidence`` (:func:`bcer.tools.cardiac.phase_margins` on the raw
-    curve) against whether the raw pick is exact: mean confidence vs the exact rate, and per
-    confidence bin; ``ambiguous`` is confidence < 0.8, as the tool flags it."""
+    curve, 1.4; on the two border curves with ``border``, 1.5) against whether that pick is exact:
+    mean confidence vs the exact rate, and per confidence bin; ``ambiguous`` is confidence < 0.8,
+    as the tool flags it."""
     conf, ok = [], []
     for c in cases:
+        if border:
+            if not all(c.get("border_sd") or [None]):
+                continue
+            ed_c, es_c = np.asarray(c["border_ed"]), np.asarray(c["border_es"])
+            conf.append(phase_margins(ed_c, c["border_sd"][0], es_c, c["border_sd"][1])["ed_es_confidence"])
+            ok.append(float((int(np.argmax(ed_c)), int(np.argmin(es_c))) == (c["ed"], c["es"])))
+            continue
         if not c.get("noise_sd_est"):
             continue
         pv = np.asarray(c["pv"])
@@ -256,7 +269,7 @@ def main() -> None:
     scores = score(cases)
     res = [residual_pct(c) for c in cases]
     report = {"config": {k: str(v) for k, v in vars(args).items()}, "family": "randomised",
-              "rules": scores, "calibration": calibration(cases),
+              "rules": scores, "calibration": calibration(cases), "calibration_border": calibration(cases, True),
               "raw_misses": [miss_detail(c) for c in cases if c["seed"] in scores["raw"]["misses"]],
               "curve_residual_pct_edv": {"median": round(float(np.median(res)), 3), "max": round(float(np.max(res)), 3)},
               "wall_s": round(time.time() - t0, 1), "load_avg": os.getloadavg(), "cases": cases}

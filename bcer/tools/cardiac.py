@@ -112,7 +112,8 @@ def curve_noise_sd(cine: Cine, data: np.ndarray) -> float | None:
     return None if fr is None else _noise_sd(fr, cine.voxel_volume_ml)
 
 
-def _noise_sd(fr: tuple[np.ndarray, np.ndarray], voxel_ml: float) -> float | None:
+def _noise_sd(fr: tuple[np.ndarray, np.ndarray], voxel_ml: float, weights: np.ndarray | None = None) -> float | None:
+    """SD of the blood curve's noise; with ``weights`` (one per region voxel), of the weighted sum."""
     frac, region = fr
     f = frac[region]
     if f.shape[0] == 0 or f.shape[1] < 2:
@@ -120,7 +121,64 @@ def _noise_sd(fr: tuple[np.ndarray, np.ndarray], voxel_ml: float) -> float | Non
     s = float(np.median(np.abs(np.diff(f, axis=1)))) / (0.6745 * np.sqrt(2.0))
     if not s > 0:
         return None
-    return float(np.sqrt(_clipped_normal_var(np.median(f, axis=1), s).sum())) * voxel_ml
+    var = _clipped_normal_var(np.median(f, axis=1), s)
+    return float(np.sqrt((var if weights is None else weights ** 2 * var).sum())) * voxel_ml
+
+
+EDGE_FRAMES = 5  # frames around each extreme whose mean locates that phase's cavity border
+
+
+def edge_weights(clipped: np.ndarray, frames: np.ndarray) -> np.ndarray:
+    """Per voxel (rows of ``clipped``, region voxels x frames): how partial its blood fraction is
+    over ``frames`` (the mean fraction m, weight 1 - |2m - 1|: 1 on the cavity border, 0 in pure
+    blood or wall)."""
+    m = clipped[:, frames].mean(axis=1)
+    return np.clip(1.0 - np.abs(2.0 * m - 1.0), 0.0, None)
+
+
+@dataclass(frozen=True)
+class PhaseCurves:
+    """The curves ``cardiac.ed_es`` picks from (:func:`phase_curves`): ED from ``ed`` (the blood
+    curve weighted to the ED cavity border), ES from ``es`` (the blood curve), with their noise
+    SDs (mL)."""
+
+    blood: np.ndarray
+    ed: np.ndarray
+    es: np.ndarray
+    outliers: np.ndarray
+    sd_blood: float | None
+    sd_ed: float | None
+    sd_es: float | None
+
+
+def phase_curves(fr: tuple[np.ndarray, np.ndarray], voxel_ml: float) -> PhaseCurves:
+    """The blood curve, and for ED the same sum with each voxel weighted by how partial it is over
+    the blood curve's ``EDGE_FRAMES`` largest frames (:func:`edge_weights`); ES stays on the
+    blood curve.
+
+    Why: near ED, adjacent frames differ only in the voxels on the ED cavity border; the pure
+    blood and wall voxels of the region add their noise and nothing else. Where every voxel's
+    blood fraction grows with one contraction state, any sum with non-negative weights has its
+    extremes at the same frames as the blood volume, so the weighting keeps the choice and
+    removes noise. Measured with ``benchmarks/cardiac_ed_es_ties.py`` (randomised family,
+    seg.cardiac labels; README): ED exact up on all four sets looked at (+1 to +4 cines of 60)
+    and on the two kept back. The same weighting at ES was not adopted: on a kept-back set it
+    moved seven ES picks one or two frames late and none early (slices, e.g. a basal one in
+    through-plane partial volume, do not reach ES in the same frame, and the weights change how
+    much each slice counts). With weights from the noise-free render (an oracle) the dense,
+    noisy stress still misses a quarter of its cines: what is left is the noise. Outlier frames
+    (:func:`outlier_frames` of the blood curve) never choose the weights."""
+    frac, region = fr
+    clipped = np.clip(frac, 0.0, 1.0)[region]  # (V, T)
+    blood = clipped.sum(axis=0) * voxel_ml
+    outliers = outlier_frames(blood)
+    ok = np.flatnonzero(~outliers)
+    k = max(1, min(EDGE_FRAMES, ok.size // 2))
+    w = edge_weights(clipped, ok[np.argsort(blood[ok])][-k:])
+    if not w.sum() > 0:  # no partial voxel at all: the plain curve
+        w = np.ones_like(w)
+    sd_blood = _noise_sd(fr, voxel_ml)
+    return PhaseCurves(blood, (w @ clipped) * voxel_ml, blood, outliers, sd_blood, _noise_sd(fr, voxel_ml, w), sd_blood)
 
 
 def _clipped_normal_var(mu: np.ndarray, s: float) -> np.ndarray:
@@ -137,21 +195,24 @@ def _clipped_normal_var(mu: np.ndarray, s: float) -> np.ndarray:
 AMBIGUOUS = 0.8  # ed_es_confidence below this: the table says the choice is within the noise
 
 
-def phase_margins(curve: np.ndarray, sd: float) -> dict[str, float | int | bool]:
+def phase_margins(curve: np.ndarray, sd: float, es_curve: np.ndarray | None = None,
+                  es_sd: float | None = None) -> dict[str, float | int | bool]:
     """How clearly the curve's extremes stand out: the runner-up frames and the gaps to them in
     units of the difference of two noisy frames (sqrt 2 x ``sd``); ``confidence`` is
     Phi(ED margin) x Phi(ES margin), and a phase is in doubt (``ed_in_doubt``/``es_in_doubt``)
-    when its own factor is below sqrt(``AMBIGUOUS``), so a flagged pick always has one. Outlier
-    frames are NaN in ``curve`` and never runners-up."""
+    when its own factor is below sqrt(``AMBIGUOUS``), so a flagged pick always has one. With
+    ``es_curve`` (and ``es_sd``), ES is judged on that curve and ED on ``curve``. Outlier
+    frames are NaN in the curves and never runners-up."""
     from scipy.stats import norm
 
     v = np.asarray(curve, np.float64)
+    w = v if es_curve is None else np.asarray(es_curve, np.float64)
     order = np.argsort(np.where(np.isnan(v), -np.inf, v))
     ed, ed2 = int(order[-1]), int(order[-2])
-    low = np.argsort(np.where(np.isnan(v), np.inf, v))
+    low = np.argsort(np.where(np.isnan(w), np.inf, w))
     es, es2 = int(low[0]), int(low[1])
-    scale = np.sqrt(2.0) * sd
-    m_ed, m_es = float((v[ed] - v[ed2]) / scale), float((v[es2] - v[es]) / scale)
+    scale, es_scale = np.sqrt(2.0) * sd, np.sqrt(2.0) * (sd if es_sd is None else es_sd)
+    m_ed, m_es = float((v[ed] - v[ed2]) / scale), float((w[es2] - w[es]) / es_scale)
     p_ed, p_es = float(norm.cdf(m_ed)), float(norm.cdf(m_es))
     return {"ed_runner_up": ed2, "es_runner_up": es2, "ed_margin_sd": round(m_ed, 3), "es_margin_sd": round(m_es, 3),
             "ed_es_confidence": round(p_ed * p_es, 3), "ed_es_ambiguous": p_ed * p_es < AMBIGUOUS,
@@ -181,7 +242,7 @@ def _check_frame(value: int | None, n_frames: int, arg: str) -> None:
                         f"(0..{n_frames - 1})", arg=arg)
 
 
-@tool("cardiac.ed_es", version="1.4", milestone="phase_detection", resources={"num_cpus": 1, "memory_mb": 512},
+@tool("cardiac.ed_es", version="1.5", milestone="phase_detection", resources={"num_cpus": 1, "memory_mb": 512},
       output="phases")
 def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
     """End-diastolic and end-systolic frames from the LV volume curve (or from metadata).
@@ -191,7 +252,8 @@ def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
     and the table says so (``source``) and whether the volume curve agrees. With the cine,
     the phase curve is the partial-volume blood signal in a fixed region around the labels
     (``blood_volume_curve``), which separates adjacent frames a label count ties and does not
-    follow a frame whose labels fail; without it, the label count.
+    follow a frame whose labels fail, for ED weighted to the voxels on the ED cavity border
+    (:func:`phase_curves`, 1.5: less noise, same extremes); without it, the label count.
 
     Args:
         labels: per-frame labels (X, Y, Z, T), 1 RV, 2 MYO, 3 LV.
@@ -221,12 +283,12 @@ def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
             raise ToolError(ErrorCode.shape, f"cine has {np.shape(cine.data)[3]} frames, labels {n}", arg="cine")
     curves = volume_curves(data, labels.voxel_volume_ml)
     lv = curves["lv"]
-    fr = blood_fractions(cine, data) if cine is not None else None  # once: the curve and its noise
-    pv = _blood_curve(fr, cine.voxel_volume_ml) if fr is not None else None
-    phase_curve = lv if pv is None else pv
-    outliers = outlier_frames(phase_curve)
-    usable = np.where(outliers, np.nan, phase_curve)
-    auto_ed, auto_es = int(np.nanargmax(usable)), int(np.nanargmin(usable))
+    fr = blood_fractions(cine, data) if cine is not None else None  # once: the curves and their noise
+    pc = phase_curves(fr, cine.voxel_volume_ml) if fr is not None else None
+    outliers = outlier_frames(lv) if pc is None else pc.outliers
+    ed_curve, es_curve = (lv, lv) if pc is None else (pc.ed, pc.es)
+    ed_curve, es_curve = np.where(outliers, np.nan, ed_curve), np.where(outliers, np.nan, es_curve)
+    auto_ed, auto_es = int(np.nanargmax(ed_curve)), int(np.nanargmin(es_curve))
     _check_frame(params.ed_frame, n, "ed_frame")
     _check_frame(params.es_frame, n, "es_frame")
     ed = auto_ed if params.ed_frame is None else params.ed_frame
@@ -237,14 +299,17 @@ def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
            "lv_volume_ed_ml": float(lv[ed]), "lv_volume_es_ml": float(lv[es]),
            "lv_volume_curve_ml": [round(float(v), 4) for v in lv],
            "rv_volume_curve_ml": [round(float(v), 4) for v in curves["rv"]]}
-    sd = _noise_sd(fr, cine.voxel_volume_ml) if fr is not None else None
-    margins = phase_margins(usable, sd) if sd and np.count_nonzero(np.isfinite(usable)) >= 3 else None
-    if pv is not None:
-        row["lv_blood_curve_ml"] = [round(float(v), 4) for v in pv]
+    margins = None
+    if pc is not None and pc.sd_ed and pc.sd_es and np.count_nonzero(np.isfinite(ed_curve)) >= 3:
+        margins = phase_margins(ed_curve, pc.sd_ed, es_curve, pc.sd_es)
+    if pc is not None:
+        row["lv_blood_curve_ml"] = [round(float(v), 4) for v in pc.blood]
+        row["lv_ed_border_curve_ml"] = [round(float(v), 4) for v in pc.ed]
     if margins is not None:
-        row.update(margins, phase_noise_sd_ml=round(sd, 4))
-    method = ("argmax/argmin LV volume" if pv is None else
-              "argmax/argmin partial-volume LV blood signal (cine in a fixed region around the LV labels)")
+        row.update(margins, phase_noise_sd_ml=round(pc.sd_blood, 4), ed_noise_sd_ml=round(pc.sd_ed, 4))
+    method = ("argmax/argmin LV volume" if pc is None else
+              "argmax/argmin partial-volume LV blood signal (cine in a fixed region around the LV labels), "
+              "ED weighted to the ED cavity border")
     meta = {"method": method, "curve_ed_frame": auto_ed, "curve_es_frame": auto_es,
             "label_count_frames": [int(np.argmax(lv)), int(np.argmin(lv))],
             "outlier_frames": [int(i) for i in np.flatnonzero(outliers)],
@@ -256,7 +321,7 @@ def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
         log.info("cardiac.ed_es: metadata frames (%d, %d) differ from the LV curve (%d, %d)", ed, es, auto_ed, auto_es)
     units = {"lv_volume_ed_ml": "mL", "lv_volume_es_ml": "mL", "lv_volume_curve_ml": "mL", "lv_blood_curve_ml": "mL",
              "rv_volume_curve_ml": "mL", "ed_frame": "frame", "es_frame": "frame", "n_frames": "frames",
-             "phase_noise_sd_ml": "mL", "ed_runner_up": "frame", "es_runner_up": "frame"}
+             "lv_ed_border_curve_ml": "mL", "phase_noise_sd_ml": "mL", "ed_noise_sd_ml": "mL", "ed_runner_up": "frame", "es_runner_up": "frame"}
     return Table([row], units, name="phases", meta=meta)
 
 
