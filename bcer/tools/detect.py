@@ -53,7 +53,10 @@ evidence on both zones here, T2w sets each lesion's outline and its T2 ratio):
    and each zone's normal signal, within one ADC voxel of the diffusion outline. Within
    ``border_mm`` of the other zone the darker zone's cut applies (``t2_border_band``): TZ
    tissue the zone masks label PZ lies well below the PZ's cut and would extend a TZ lesion
-   by a voxel at its ends (its largest diameter, which PI-RADS compares with 15 mm).
+   by a voxel at its ends (its largest diameter, which PI-RADS compares with 15 mm). Where the
+   outline holds two separate T2-dark parts of at least ``min_volume_ml`` each, they are
+   two lesions (``t2_split``; the diffusion grid joined them), each with the ADC voxels
+   nearest to it (``detect_outline``).
 
 The noise SD comes from neighbour differences (tissue structure cancels); every size is in
 mL/mm, so the rule is the same on the small and full grids.
@@ -74,6 +77,8 @@ from ..contracts.errors import ErrorCode, ToolError
 from ..contracts.geometry import same_grid, vox2world
 from ._checks import require_ndim, require_nonempty, require_same_grid, require_volume
 from ._sitk import ras_to_transform
+from .detect_outline import adc_share, t2_parts
+from .detect_outline import refine_on_t2 as _refine_on_t2
 from .detect_periprostatic import b_value, not_a_lesion
 from .detect_reference import (ZONE_NAMES, _border_band, _interior, _noise_sd, _references, _robust, _smoothed,
                                _zone_masks)
@@ -144,6 +149,8 @@ class LesionParams(BaseModel):
     periprostatic_rules: bool = Field(True, description="step 5 on (False: 1.4's rule, for comparison)")
     t2_border_band: bool = Field(True, description="on the T2w outline, voxels within border_mm of the other zone are "
                                                    "dark only below the darker zone's cut (False: 1.5's outline)")
+    t2_split: bool = Field(True, description="one lesion per separate T2-dark part of a T2w outline (two lesions the "
+                                             "diffusion grid joined; False: 1.6's single finding)")
 
 
 def _carry(data: np.ndarray, src_aff: np.ndarray, dst_aff: np.ndarray, dst_shape: tuple[int, ...],
@@ -369,45 +376,13 @@ def _box(ijk: np.ndarray) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     return tuple(int(x) for x in lo), tuple(int(x) for x in hi)
 
 
-def _refine_on_t2(core: np.ndarray, near: np.ndarray, t2: np.ndarray, zo_t2: np.ndarray | None,
-                  normal: dict[int, tuple[float, float]], band: np.ndarray | None = None) -> np.ndarray:
-    """The lesion's outline on the finer T2w grid: the half-way threshold between its own T2w
-    signal and the normal signal of each zone, within one ADC voxel of the diffusion outline;
-    in ``band`` (voxels near the other zone) the lower of the zones' thresholds.
-
-    The diffusion outline (``core``) is limited by the coarser ADC grid; T2w contrast (lesions
-    are T2-dark) places the border at T2w resolution. Without clear contrast (< 3 noise SDs)
-    the diffusion outline is kept.
-    """
-    lesion = float(np.median(t2[core]))
-    zmap = np.ones(t2.shape, np.int16) if zo_t2 is None else zo_t2
-    # a zone darker than the lesion itself (e.g. TZ next to a mildly dark PZ lesion) cannot
-    # be told apart from it on T2w: the border stays where diffusion put it there
-    thr = {z: 0.5 * (lesion + n_med) for z, (n_med, n_sd) in normal.items() if n_med - lesion >= 3.0 * n_sd}
-    cut = np.full(t2.shape, -np.inf)
-    for z, t in thr.items():
-        cut[zmap == z] = t
-    if band is not None and len(thr) > 1:
-        # where the zone masks are uncertain, the darker zone's cut: TZ tissue the zones label
-        # PZ is well below the PZ's cut and would otherwise extend a TZ lesion
-        cut[band & np.isin(zmap, list(thr))] = min(thr.values())
-    dark = near & (t2 < cut)
-    if not dark.any():
-        return core
-    dark |= core & ~np.isin(zmap, list(thr))
-    lab, n = ndimage.label(dark, structure=np.ones((3, 3, 3)))
-    hit = np.unique(lab[core & dark])
-    refined = np.isin(lab, hit[hit > 0])
-    return refined if refined.any() else core
-
-
-def _lesion(idx: int, comp_adc: np.ndarray, a: np.ndarray, adc_aff: np.ndarray, on_t2: np.ndarray,
-            gland: Mask, gl: np.ndarray, zo_t2: np.ndarray | None, t2: np.ndarray | None,
-            normal_t2: dict[int, tuple[float, float]], on_grid: bool = False,
-            band_t2: np.ndarray | None = None) -> Finding | None:
-    """One finding on the T2w grid; ``gl`` is the search area there (gland and rim), ``zo_t2``
-    the zones with the rim given its nearest zone; ``on_grid``: diffusion was resampled onto
-    the T2w grid."""
+def _t2_outline(on_t2: np.ndarray, gland: Mask, gl: np.ndarray, zo_t2: np.ndarray | None, t2: np.ndarray | None,
+                normal_t2: dict[int, tuple[float, float]], on_grid: bool = False,
+                band_t2: np.ndarray | None = None) -> tuple[np.ndarray, bool] | None:
+    """A lesion's outline on the T2w grid from its carried indicator ``on_t2``, and whether the
+    T2w cut set it (:func:`.detect_outline.refine_on_t2`); ``gl`` is the search area there
+    (gland and rim), ``zo_t2`` the zones with the rim given its nearest zone; ``on_grid``:
+    diffusion was resampled onto the T2w grid. None when nothing of it is in ``gl``."""
     m = (on_t2 >= 0.5) & gl
     if not m.any():
         return None
@@ -417,11 +392,18 @@ def _lesion(idx: int, comp_adc: np.ndarray, a: np.ndarray, adc_aff: np.ndarray, 
     inside = np.asarray(gland.data) > 0
     if np.count_nonzero(m & inside) * 2 >= np.count_nonzero(m):
         m, gl = m & inside, inside
-    if t2 is not None and normal_t2:
-        # within one diffusion voxel of the diffusion outline: the 0.1 level of the carried
-        # indicator on the native grid; one voxel when diffusion was resampled onto this grid
-        near = ndimage.binary_dilation(m, np.ones((3, 3, 3), bool)) if on_grid else on_t2 >= 0.1
-        m = _refine_on_t2(m, near & gl, t2, zo_t2, normal_t2, band_t2)
+    if t2 is None or not normal_t2:
+        return m, False
+    # within one diffusion voxel of the diffusion outline: the 0.1 level of the carried
+    # indicator on the native grid; one voxel when diffusion was resampled onto this grid
+    near = ndimage.binary_dilation(m, np.ones((3, 3, 3), bool)) if on_grid else on_t2 >= 0.1
+    refined = _refine_on_t2(m, near & gl, t2, zo_t2, normal_t2, band_t2)
+    return refined, refined is not m
+
+
+def _finding(idx: int, m: np.ndarray, comp_adc: np.ndarray, a: np.ndarray, adc_aff: np.ndarray, gland: Mask,
+             zo_t2: np.ndarray | None, t2: np.ndarray | None, normal_t2: dict[int, tuple[float, float]]) -> Finding:
+    """One finding: outline ``m`` on the T2w grid, its diffusion values from ``comp_adc``."""
     ijk = np.argwhere(m)
     world = vox2world(gland.affine, ijk)
     centroid = world.mean(axis=0)
@@ -508,7 +490,7 @@ def _area_on_t2(gland: Mask, zo_t2: np.ndarray | None, rim_mm: float) -> tuple[n
     return gl | rim, np.where(rim, zo_t2[tuple(idx)], zo_t2)
 
 
-@tool("detect.prostate_lesions", version="1.6", milestone="detection", resources={"num_cpus": 1, "memory_mb": 1024},
+@tool("detect.prostate_lesions", version="1.7", milestone="detection", resources={"num_cpus": 1, "memory_mb": 1024},
       output="findings")
 def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, zones: Mask | None = None,
                      transform: Transform | None = None, t2w: Image | None = None) -> Findings:
@@ -563,19 +545,30 @@ def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, 
     if keep and t2 is not None and zo_area is not None and params.t2_border_band:  # two EDTs on the T2w grid
         band_t2 = _border_band({"PZ": zo_area == 1, "TZ": zo_area == 2}, gland.spacing, params.border_mm)
     on_grid = same_grid(adc.affine, a.shape, gland.affine, np.shape(gland.data), 1e-6)
-    items = []
+    items, n_split = [], 0
     for comp_id in keep:
         comp = comps == comp_id
         on_t2 = _carry(comp, adc.affine, gland.affine, np.shape(gland.data), m, "linear")
-        f = _lesion(len(items) + 1, comp, a, adc.affine, on_t2, gland, area_t2, zo_area, t2, normal_t2, on_grid,
-                    band_t2)
-        # a lesion read against the PZ's level is a PZ lesion on the T2w zones, or nothing
-        if f is not None and (comp_id not in pz_read or f.zone == "PZ"):
-            items.append(f)
+        outline = _t2_outline(on_t2, gland, area_t2, zo_area, t2, normal_t2, on_grid, band_t2)
+        if outline is None:
+            continue
+        pairs = [(outline[0], comp)]
+        if outline[1] and params.t2_split:  # the T2w cut set the outline: does it hold two lesions?
+            parts = t2_parts(outline[0], gland.voxel_volume_ml, params.min_volume_ml)  # each part a lesion's size
+            shares = adc_share(comp, parts, adc.affine, gland.affine, m) if len(parts) > 1 else None
+            if shares is not None:
+                pairs, n_split = list(zip(parts, shares)), n_split + 1
+        for part, share in pairs:
+            f = _finding(len(items) + 1, part, share, a, adc.affine, gland, zo_area, t2, normal_t2)
+            # a lesion read against the PZ's level is a PZ lesion on the T2w zones, or nothing
+            if comp_id not in pz_read or f.zone == "PZ":
+                items.append(f)
+    items = items[: params.max_lesions]
     meta = {"method": "within-zone smoothed ADC against its zone's normal level, DWI not hypointense, on the "
                       "native ADC grid; 26-connected components; PZ side of the zone border also read against "
                       "the PZ level",
-            "candidates": int(n), "pz_read": len(pz_read), "not_lesions": sorted(dropped.values()),
+            "candidates": int(n), "pz_read": len(pz_read), "split_on_t2": n_split,
+            "not_lesions": sorted(dropped.values()),
             "transform": "given" if transform is not None else "identity (world-aligned)",
             **mp.info}
     log.debug("detect.prostate_lesions: %d lesions (%d components)", len(items), n)

@@ -539,3 +539,62 @@ def test_tz_lesion_size_and_pirads_on_a_segmented_case() -> None:
             errs.setdefault(band, []).append(f.attributes["size_mm"] - les["size_mm"])
     assert all(abs(e) <= 1.0 for e in errs[True]), errs
     assert all(e >= 1.0 for e in errs[False]), errs
+
+
+def test_t2_parts_splits_separate_dark_parts_and_joins_specks() -> None:
+    """Two T2-dark blobs two voxels apart and a one-voxel speck: two parts, the speck with the
+    nearer blob; a blob with only a speck beside it, or a single blob, stays whole."""
+    from bcer.tools.detect_outline import t2_parts
+
+    out = np.zeros((20, 12, 4), bool)
+    out[2:8, 3:9, 1:3], out[10:16, 3:9, 1:3] = True, True  # 72 voxels each, rows 8-9 between
+    out[17, 5, 1] = True  # a speck next to the second blob (one voxel away)
+    parts = t2_parts(out, voxel_ml=0.001, min_ml=0.05)
+    assert [int(p.sum()) for p in parts] == [72, 73] and parts[1][17, 5, 1]
+    assert np.array_equal(parts[0] | parts[1], out)
+    small = out.copy()
+    small[10:16] = False  # one blob and the speck
+    assert len(t2_parts(small, 0.001, 0.05)) == 1 and t2_parts(small, 0.001, 0.05)[0] is small
+    assert len(t2_parts(out, 0.001, 0.1)) == 1  # parts under the size limit: one outline
+
+
+def test_adc_share_gives_each_adc_voxel_to_the_nearest_part() -> None:
+    """ADC grid twice as coarse as the T2w grid and shifted by a transform: each ADC voxel of a
+    component over both parts goes to the part under it; a part without ADC voxels: None."""
+    from bcer.tools.detect_outline import adc_share
+
+    t2_aff, adc_aff = np.diag([1.0, 1.0, 1.0, 1.0]), np.diag([2.0, 2.0, 1.0, 1.0])
+    shift = np.eye(4)
+    shift[0, 3] = 2.0  # T2w world x -> ADC world x + 2 mm (fixed -> moving)
+    parts = [np.zeros((24, 8, 2), bool), np.zeros((24, 8, 2), bool)]
+    parts[0][0:10], parts[1][12:24] = True, True
+    comp = np.zeros((12, 4, 2), bool)
+    comp[1:12] = True  # ADC x = 2..22 mm, T2w x = 0..20
+    shares = adc_share(comp, parts, adc_aff, t2_aff, shift)
+    assert shares is not None and not (shares[0] & shares[1]).any() and np.array_equal(shares[0] | shares[1], comp)
+    assert np.flatnonzero(shares[0].any(axis=(1, 2))).tolist() == [1, 2, 3, 4, 5, 6]  # T2w x 0-10: part 0
+    only = np.zeros_like(comp)
+    only[8:12] = True  # T2w x 14-20: all in part 1
+    assert adc_share(only, parts, adc_aff, t2_aff, shift) is None
+
+
+def test_two_lesions_the_adc_grid_joins_are_two_findings() -> None:
+    """Randomised ra085 (tuning family) with the truth's gland, zones and transform: a 13.6 mm and
+    a 6.6 mm TZ lesion two T2w voxels apart are one ADC component; the T2w outline keeps them
+    apart (detect 1.7): two findings within 1 mm of the truth and PI-RADS 4, where 1.6's single
+    finding measured over both (over 15 mm) read PI-RADS 5."""
+    from bcer.contracts.artifacts import Transform
+
+    ph = make_prostate("ra085", 85, "small", n_lesions=2, family="randomised", borderline=True)
+    s = ph.sequences
+    inputs = {"adc": s["ADC"], "dwi": s["DWI"], "gland": ph.labels["gland"], "zones": ph.labels["zones"],
+              "t2w": s["T2w"], "transform": Transform(np.asarray(ph.truth["misalignment"]["matrix"]), "rigid")}
+    found = call_tool("detect.prostate_lesions", inputs)["findings"]
+    assert found.meta["split_on_t2"] == 1 and len(found.items) == 2
+    for les in ph.truth["lesions"]:
+        f = max(found.items, key=lambda f: box_iou(f.box_voxel, les["box_voxel"]))
+        assert box_iou(f.box_voxel, les["box_voxel"]) > 0.5 and abs(f.attributes["size_mm"] - les["size_mm"]) <= 1.0
+    assert call_tool("classify.pirads", {"findings": found})["classification"].label.endswith("4")
+    one = call_tool("detect.prostate_lesions", inputs, {"t2_split": False})["findings"]
+    assert len(one.items) == 1 and one.items[0].attributes["size_mm"] > 15.0
+    assert call_tool("classify.pirads", {"findings": one})["classification"].label.endswith("5")
