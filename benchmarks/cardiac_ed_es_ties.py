@@ -149,7 +149,8 @@ def case_curves(seed: int, i: int, borderline_every: int, labels: str = "truth",
     extra["pv_motion1"] = [float(x) for x in motion_curve(ph.sequences["CINE"], lab, 1)]
     extra["noise_sd_est"] = curve_noise_sd(ph.sequences["CINE"], lab)
     pc = phase_curves(blood_fractions(ph.sequences["CINE"], lab), ph.sequences["CINE"].voxel_volume_ml)
-    extra.update(border_ed=[float(x) for x in pc.ed], border_es=[float(x) for x in pc.es], border_sd=[pc.sd_ed, pc.sd_es])
+    extra.update(border_ed=[float(x) for x in pc.ed], border_es=[float(x) for x in pc.es],
+                 border_sd=[pc.sd_ed, pc.sd_es])
     return {"seed": seed, "pv": [float(x) for x in pv], **extra, "lv": ph.truth["lv_volume_curve_ml"],
             "ed": ph.truth["ed_frame"], "es": ph.truth["es_frame"],
             "slice_profile": bool(ph.truth["acquisition"]["slice_profile"])}
@@ -163,7 +164,8 @@ def score(cases: list[dict]) -> dict:
                 "pv_soft60", "pv_motion1"):
         if key in cases[0]:
             curves[key.removeprefix("pv_")] = (lambda key: lambda c: np.asarray(c[key]))(key)
-    pickers = {name: (lambda f: lambda c: (int(np.argmax(f(c))), int(np.argmin(f(c)))))(f) for name, f in curves.items()}
+    pickers = {name: (lambda f: lambda c: (int(np.argmax(f(c))), int(np.argmin(f(c)))))(f)
+               for name, f in curves.items()}
     if "border_ed" in cases[0]:  # cardiac.ed_es 1.5: ED on the ED-border curve, ES on the ES-border curve
         pickers["border"] = lambda c: (int(np.argmax(c["border_ed"])), int(np.argmin(c["border_es"])))
     out = {}

@@ -125,7 +125,7 @@ def _noise_sd(fr: tuple[np.ndarray, np.ndarray], voxel_ml: float, weights: np.nd
     return float(np.sqrt((var if weights is None else weights ** 2 * var).sum())) * voxel_ml
 
 
-EDGE_FRAMES = 5  # frames around each extreme whose mean locates that phase's cavity border
+EDGE_FRAMES = 5  # the largest frames of the blood curve, whose mean locates the ED cavity border
 
 
 def edge_weights(clipped: np.ndarray, frames: np.ndarray) -> np.ndarray:
@@ -161,11 +161,11 @@ def phase_curves(fr: tuple[np.ndarray, np.ndarray], voxel_ml: float) -> PhaseCur
     blood fraction grows with one contraction state, any sum with non-negative weights has its
     extremes at the same frames as the blood volume, so the weighting keeps the choice and
     removes noise. Measured with ``benchmarks/cardiac_ed_es_ties.py`` (randomised family,
-    seg.cardiac labels; README): ED exact up on all four sets looked at (+1 to +4 cines of 60)
-    and on the two kept back. The same weighting at ES was not adopted: on a kept-back set it
-    moved seven ES picks one or two frames late and none early (slices, e.g. a basal one in
-    through-plane partial volume, do not reach ES in the same frame, and the weights change how
-    much each slice counts). With weights from the noise-free render (an oracle) the dense,
+    seg.cardiac labels; README): ED exact up on the three sets looked at (+1 to +4 cines of 60),
+    unchanged and +3 of 40 on the two kept back. The same weighting at ES was not adopted: no
+    gain over the five sets (on one it moved seven ES picks a frame or two late: noise, since a
+    basal slice partial in every frame takes weight without changing). With weights from the
+    noise-free render (an oracle) the dense,
     noisy stress still misses a quarter of its cines: what is left is the noise. Outlier frames
     (:func:`outlier_frames` of the blood curve) never choose the weights."""
     frac, region = fr
@@ -265,10 +265,11 @@ def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
         curves (lists, mL) and the LV volumes at ED/ES. With the cine, also how clearly the
         curve's own choice stands out (:func:`phase_margins`): the runner-up frames, the margins
         in noise units, ``ed_es_confidence``, ``ed_es_ambiguous`` (confidence < 0.8: the
-        curve cannot tell the chosen frame from the runner-up) and which phase is in doubt. On four randomised sets
-        (seg.cardiac labels, two kept back) unflagged picks were exact on 0.88-0.98 of cines,
-        flagged ones on 0.42-0.89; the mean confidence was within -7..+14 points of the exact
-        rate, so it is a score, not a probability.
+        curve cannot tell the chosen frame from the runner-up) and which phase is in doubt; ED's
+        margin is read on the ED border curve, ES's on the blood curve. On five randomised sets
+        (seg.cardiac labels, 1.5) unflagged picks were exact on 0.89-1.0 of cines, flagged ones
+        on 0.45-0.80; the mean confidence was within -6..+13 points of the exact rate, so it is
+        a score, not a probability.
 
     Raises:
         ToolError: ``shape`` (not 4-D, cine off-grid or other frame count), ``value_range``
@@ -321,7 +322,8 @@ def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
         log.info("cardiac.ed_es: metadata frames (%d, %d) differ from the LV curve (%d, %d)", ed, es, auto_ed, auto_es)
     units = {"lv_volume_ed_ml": "mL", "lv_volume_es_ml": "mL", "lv_volume_curve_ml": "mL", "lv_blood_curve_ml": "mL",
              "rv_volume_curve_ml": "mL", "ed_frame": "frame", "es_frame": "frame", "n_frames": "frames",
-             "lv_ed_border_curve_ml": "mL", "phase_noise_sd_ml": "mL", "ed_noise_sd_ml": "mL", "ed_runner_up": "frame", "es_runner_up": "frame"}
+             "lv_ed_border_curve_ml": "mL", "phase_noise_sd_ml": "mL", "ed_noise_sd_ml": "mL",
+             "ed_runner_up": "frame", "es_runner_up": "frame"}
     return Table([row], units, name="phases", meta=meta)
 
 

@@ -52,10 +52,10 @@ def t2_parts(outline: np.ndarray, voxel_ml: float, min_ml: float) -> list[np.nda
     box, one size over both: a 13.6 mm and a 6.6 mm lesion read as one of 21.5 mm, PI-RADS 5
     for 4), while the T2w cut, at twice the in-plane resolution, leaves the bright gap between
     them. Splitting the outline's own components needs no shape rule. On 100 randomised cases
-    (detect 1.7) they split exactly three findings, each a merged pair of true lesions (ra025,
-    ra028, ra085), and nothing else; a watershed of the distance map (necks of one T2w voxel)
-    also cut two single lesions in two and a third into two pieces, so it was not used. The
-    fourth merged pair (ra073) touches on T2w too and stays one finding."""
+    (detect 1.7, as segmented) they split exactly two findings, each a merged pair of true
+    lesions (ra028, ra085), and nothing else; a watershed of the distance map (necks of one
+    T2w voxel) also cut two single lesions in two and a third into two pieces, so it was not
+    used. ra073's pair touches on T2w too and stays one finding."""
     lab, n = ndimage.label(outline, structure=_CONN)
     if n < 2:
         return [outline]
