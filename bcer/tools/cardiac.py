@@ -112,8 +112,14 @@ def curve_noise_sd(cine: Cine, data: np.ndarray) -> float | None:
     return None if fr is None else _noise_sd(fr, cine.voxel_volume_ml)
 
 
-def _noise_sd(fr: tuple[np.ndarray, np.ndarray], voxel_ml: float, weights: np.ndarray | None = None) -> float | None:
-    """SD of the blood curve's noise; with ``weights`` (one per region voxel), of the weighted sum."""
+def _noise_sd(fr: tuple[np.ndarray, np.ndarray], voxel_ml: float) -> float | None:
+    var = _voxel_noise_var(fr)
+    return None if var is None else _weighted_sd(var, None, voxel_ml)
+
+
+def _voxel_noise_var(fr: tuple[np.ndarray, np.ndarray]) -> np.ndarray | None:
+    """Per region voxel, the variance of its clipped blood fraction's noise (see
+    :func:`curve_noise_sd`); None when it cannot be estimated."""
     frac, region = fr
     f = frac[region]
     if f.shape[0] == 0 or f.shape[1] < 2:
@@ -121,7 +127,13 @@ def _noise_sd(fr: tuple[np.ndarray, np.ndarray], voxel_ml: float, weights: np.nd
     s = float(np.median(np.abs(np.diff(f, axis=1)))) / (0.6745 * np.sqrt(2.0))
     if not s > 0:
         return None
-    var = _clipped_normal_var(np.median(f, axis=1), s)
+    return _clipped_normal_var(np.median(f, axis=1), s)
+
+
+def _weighted_sd(var: np.ndarray | None, weights: np.ndarray | None, voxel_ml: float) -> float | None:
+    """SD (mL) of a sum of region voxels with ``weights`` (None: all 1) and noise variances ``var``."""
+    if var is None:
+        return None
     return float(np.sqrt((var if weights is None else weights ** 2 * var).sum())) * voxel_ml
 
 
@@ -177,8 +189,10 @@ def phase_curves(fr: tuple[np.ndarray, np.ndarray], voxel_ml: float) -> PhaseCur
     w = edge_weights(clipped, ok[np.argsort(blood[ok])][-k:])
     if not w.sum() > 0:  # no partial voxel at all: the plain curve
         w = np.ones_like(w)
-    sd_blood = _noise_sd(fr, voxel_ml)
-    return PhaseCurves(blood, (w @ clipped) * voxel_ml, blood, outliers, sd_blood, _noise_sd(fr, voxel_ml, w), sd_blood)
+    var = _voxel_noise_var(fr)  # once for both curves
+    sd_blood = _weighted_sd(var, None, voxel_ml)
+    return PhaseCurves(blood, (w @ clipped) * voxel_ml, blood, outliers, sd_blood, _weighted_sd(var, w, voxel_ml),
+                       sd_blood)
 
 
 def _clipped_normal_var(mu: np.ndarray, s: float) -> np.ndarray:
@@ -234,6 +248,18 @@ def outlier_frames(curve: np.ndarray) -> np.ndarray:
     if out.sum() > n // 4:
         return np.zeros(n, bool)
     return out
+
+
+def _curve_columns(row: dict, pc: PhaseCurves, ed_curve: np.ndarray, es_curve: np.ndarray) -> dict | None:
+    """Add the cine's curves to ``row`` and, where the noise is known, the margins of the picks
+    on ``ed_curve``/``es_curve`` (outliers NaN), which it also returns."""
+    row["lv_blood_curve_ml"] = [round(float(v), 4) for v in pc.blood]
+    row["lv_ed_border_curve_ml"] = [round(float(v), 4) for v in pc.ed]
+    if not (pc.sd_ed and pc.sd_es and np.count_nonzero(np.isfinite(ed_curve)) >= 3):
+        return None
+    margins = phase_margins(ed_curve, pc.sd_ed, es_curve, pc.sd_es)
+    row.update(margins, phase_noise_sd_ml=round(pc.sd_blood, 4), ed_noise_sd_ml=round(pc.sd_ed, 4))
+    return margins
 
 
 def _check_frame(value: int | None, n_frames: int, arg: str) -> None:
@@ -300,14 +326,7 @@ def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
            "lv_volume_ed_ml": float(lv[ed]), "lv_volume_es_ml": float(lv[es]),
            "lv_volume_curve_ml": [round(float(v), 4) for v in lv],
            "rv_volume_curve_ml": [round(float(v), 4) for v in curves["rv"]]}
-    margins = None
-    if pc is not None and pc.sd_ed and pc.sd_es and np.count_nonzero(np.isfinite(ed_curve)) >= 3:
-        margins = phase_margins(ed_curve, pc.sd_ed, es_curve, pc.sd_es)
-    if pc is not None:
-        row["lv_blood_curve_ml"] = [round(float(v), 4) for v in pc.blood]
-        row["lv_ed_border_curve_ml"] = [round(float(v), 4) for v in pc.ed]
-    if margins is not None:
-        row.update(margins, phase_noise_sd_ml=round(pc.sd_blood, 4), ed_noise_sd_ml=round(pc.sd_ed, 4))
+    margins = _curve_columns(row, pc, ed_curve, es_curve) if pc is not None else None
     method = ("argmax/argmin LV volume" if pc is None else
               "argmax/argmin partial-volume LV blood signal (cine in a fixed region around the LV labels), "
               "ED weighted to the ED cavity border")

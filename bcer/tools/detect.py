@@ -426,6 +426,18 @@ def _finding(idx: int, m: np.ndarray, comp_adc: np.ndarray, a: np.ndarray, adc_a
                    zone=zone, attributes=attrs)
 
 
+def _split_on_t2(outline: tuple[np.ndarray, bool], comp: np.ndarray, adc_aff: np.ndarray, gland: Mask,
+                 matrix: np.ndarray, p: LesionParams) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(T2w outline, ADC voxels) per lesion: one pair, or one per separate lesion-sized part of
+    an outline the T2w cut set (``t2_split``; :func:`.detect_outline.t2_parts`)."""
+    whole = [(outline[0], comp)]
+    if not (outline[1] and p.t2_split):
+        return whole
+    parts = t2_parts(outline[0], gland.voxel_volume_ml, p.min_volume_ml)  # each part a lesion's size
+    shares = adc_share(comp, parts, adc_aff, gland.affine, matrix) if len(parts) > 1 else None
+    return whole if shares is None else list(zip(parts, shares))
+
+
 def _masks_on_adc(gland: Mask, zones: Mask | None, adc: Image, inv: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """The gland's share of each ADC voxel, the zones on the ADC grid, the zone labels on T2w.
@@ -552,12 +564,8 @@ def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, 
         outline = _t2_outline(on_t2, gland, area_t2, zo_area, t2, normal_t2, on_grid, band_t2)
         if outline is None:
             continue
-        pairs = [(outline[0], comp)]
-        if outline[1] and params.t2_split:  # the T2w cut set the outline: does it hold two lesions?
-            parts = t2_parts(outline[0], gland.voxel_volume_ml, params.min_volume_ml)  # each part a lesion's size
-            shares = adc_share(comp, parts, adc.affine, gland.affine, m) if len(parts) > 1 else None
-            if shares is not None:
-                pairs, n_split = list(zip(parts, shares)), n_split + 1
+        pairs = _split_on_t2(outline, comp, adc.affine, gland, m, params)
+        n_split += len(pairs) > 1
         for part, share in pairs:
             f = _finding(len(items) + 1, part, share, a, adc.affine, gland, zo_area, t2, normal_t2)
             # a lesion read against the PZ's level is a PZ lesion on the T2w zones, or nothing
