@@ -1,4 +1,5 @@
-"""Shared fixtures: one local Ray session per test session, in a temp dir of our own."""
+"""Shared fixtures: one local Ray session per test session, in a temp dir of our own, and one
+small bench of every task (the bench tests and the page tests read the same run)."""
 from __future__ import annotations
 
 import os
@@ -34,3 +35,13 @@ def fresh_segment_cost_model():
     segments._SEEN.clear()
     yield
     segments._SEEN.clear()
+
+
+@pytest.fixture(scope="session")
+def bench_all(ray_local, tmp_path_factory):
+    """``bcer bench`` of every task, one small case each (seed 3): its report and its folder.
+    Readers must not change the folder's runs (a test that needs to, copies them)."""
+    from bcer.bench import run_bench
+
+    out = tmp_path_factory.mktemp("bench_all")
+    return run_bench("all", 1, out, size="small", seed=3, max_in_flight=2), out

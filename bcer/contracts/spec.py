@@ -32,6 +32,9 @@ class ToolSpec(BaseModel):
 
     ``gpu``: "none" (CPU only), "optional" (GPU path used when a GPU is there, CPU path
     otherwise), "required" (no CPU path: fails fast with ``resource`` without a GPU).
+    ``frameworks``: the heavy modules the tool's code imports (torch, cupy); the engine imports
+    the installed ones before arming the node's time limit. ``None``: torch for a tool with a
+    GPU path, nothing otherwise.
     """
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
@@ -44,6 +47,7 @@ class ToolSpec(BaseModel):
     resources: Resources = Field(default_factory=Resources)
     milestone: str | None = None
     gpu: Literal["none", "optional", "required"] = "none"
+    frameworks: list[str] | None = None
 
     def input(self, name: str) -> Port | None:
         return next((p for p in self.inputs if p.name == name), None)

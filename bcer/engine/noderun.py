@@ -26,11 +26,12 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from ..contracts.artifacts import kind_of
 from ..contracts.case import SequenceRef
 from ..contracts.errors import ErrorCode, ToolError
+from ..contracts.spec import ToolSpec
 from ..tools.registry import REGISTRY, call_tool, get_tool, load_all
 from .cache import CorruptEntry, NodeCache, folder_digest, node_key, subfield_digest
 from .clock import report_start
@@ -187,7 +188,9 @@ def _framework_imports(tool: str) -> None:
     worker, and every later torch tool in that process fails ("Only a single TORCH_LIBRARY can
     be used..."): measured in the controller ablation, where first imports on a loaded machine
     met 60-s limits. Importing outside the limit makes the import uninterruptible and keeps
-    it out of the tool's measured time. Tools without a GPU path never pay for it.
+    it out of the tool's measured time. The modules are the tool's ``frameworks`` (torch by
+    default for a GPU path; the recon tools' GPU path is cupy, so they never pay for torch), and
+    tools without a GPU path never pay for them.
 
     A tool that runs MONAI bundles (its params take a ``bundle_dir``) also gets ``monai``
     (~9 s on an idle core): an interrupted ``import monai`` left the worker unable to build
@@ -199,12 +202,17 @@ def _framework_imports(tool: str) -> None:
         reg = get_tool(tool)  # imports the tool's module (outside the limit too)
     except ToolError:
         return  # an unknown tool: call_tool raises its typed error under the limit
-    if reg.spec.gpu == "none":
-        return
-    wanted = ["torch"] + (["monai"] if "bundle_dir" in reg.params_model.model_fields else [])
-    for name in wanted:
+    for name in frameworks_for(reg.spec, reg.params_model.model_fields):
         if name not in sys.modules and importlib.util.find_spec(name) is not None:
             importlib.import_module(name)
+
+
+def frameworks_for(spec: ToolSpec, params: Iterable[str] = ()) -> list[str]:
+    """The modules :func:`_framework_imports` imports for a tool: its declared ``frameworks``
+    (torch when undeclared and the tool has a GPU path), and monai when its ``params`` take a
+    ``bundle_dir``."""
+    wanted = spec.frameworks if spec.frameworks is not None else ([] if spec.gpu == "none" else ["torch"])
+    return [*wanted, "monai"] if "bundle_dir" in params and "monai" not in wanted else list(wanted)
 
 
 def _run_tool(spec: dict[str, Any], values: tuple[Any, ...], device: str) -> dict[str, Any]:

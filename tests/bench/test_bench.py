@@ -20,9 +20,8 @@ ALL = resolve_tasks("all")
 
 
 @pytest.fixture(scope="module")
-def bench(ray_local, tmp_path_factory) -> tuple[dict, Path]:
-    out = tmp_path_factory.mktemp("bench")
-    return run_bench("all", 1, out, size="small", seed=3), out
+def bench(bench_all) -> tuple[dict, Path]:
+    return bench_all
 
 
 def test_every_task_succeeds_with_the_offline_brain(bench) -> None:

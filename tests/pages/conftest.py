@@ -9,15 +9,10 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def bench_out(ray_local, tmp_path_factory) -> Path:
-    """One small case each of five tasks whose pages show every overlay kind (masks, cine ED/ES,
-    lesion boxes, recon vs zero-filled, registration)."""
-    from bcer.bench import run_bench
-
-    out = tmp_path_factory.mktemp("bench")
-    run_bench(["prostate_report", "cardiac_report", "recon_cardiac", "register_prostate", "segment_brain"],
-              n_cases=1, out=out, size="small", seed=3, max_in_flight=2)
-    return out
+def bench_out(bench_all) -> Path:
+    """The shared bench (one small case of every task): its pages show every overlay kind (masks,
+    cine ED/ES, lesion boxes, recon vs zero-filled, registration)."""
+    return bench_all[1]
 
 
 @pytest.fixture(scope="session")

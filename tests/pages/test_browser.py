@@ -69,7 +69,7 @@ def visit_all(driver, report_dir: Path) -> dict[str, int]:
 def test_bench_pages_in_chromium(browser, bench_out, tmp_path):
     build_report(bench_out)
     counts = visit_all(browser, bench_out / "report")
-    assert counts["pages"] == 11 and counts["images"] >= 10 and counts["links"] > 100
+    assert counts["pages"] == 21 and counts["images"] >= 15 and counts["links"] > 100
     browser.get((bench_out / "report" / "index.html").as_uri())
     shot = tmp_path / "bench.png"
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000

@@ -84,7 +84,7 @@ def test_cohort_with_rejected_failed_and_missing_deliverable(cohort_out):
 def test_bench_pages_have_every_overlay_kind_and_evidence_links(bench_out):
     stats = build_report(bench_out, workers=2)
     report = bench_out / "report"
-    assert stats.cohort_pages == 6 and stats.case_pages == 5 and not stats.problems
+    assert stats.cohort_pages == 11 and stats.case_pages == 10 and not stats.problems  # index + 10 tasks
     overview = (report / "index.html").read_text()
     for task in ("prostate_report", "cardiac_report", "recon_cardiac", "register_prostate", "segment_brain"):
         assert f"task-{task}.html" in overview

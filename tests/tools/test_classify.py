@@ -57,11 +57,6 @@ def _acdc_from_segmentation(seeds: range) -> tuple[float, list[str]]:
     return 1.0 - len(wrong) / (len(GROUPS) * len(seeds)), wrong
 
 
-def test_acdc_accuracy_from_segmented_labels() -> None:
-    acc, wrong = _acdc_from_segmentation(range(500, 502))
-    assert acc >= 0.9, wrong
-
-
 @pytest.mark.slow
 def test_acdc_accuracy_from_segmented_labels_30_cases() -> None:
     acc, wrong = _acdc_from_segmentation(range(600, 606))  # 6 per group, 30 cines (>= 90 %: at most 3 wrong)

@@ -182,7 +182,7 @@ def test_rigid_is_reproducible_whatever_the_itk_default_threads() -> None:
     """ITK's default is every core, and multi-threaded Mattes MI sums across threads in a varying
     order: with 4 threads three runs of randomised ra003 (ADC -> T2w) differed by up to 2e-4 in
     the matrix (0.19 mm of registration error on a held-out case). register.rigid runs its metric
-    on ``threads`` = 1 by default: three runs are bit-identical, the result is within 1 mm of the
+    on ``threads`` = 1 by default: two runs are bit-identical, the result is within 1 mm of the
     truth, and the process default is left as it was."""
     import SimpleITK as sitk
 
@@ -191,7 +191,7 @@ def test_rigid_is_reproducible_whatever_the_itk_default_threads() -> None:
     before = sitk.ProcessObject.GetGlobalDefaultNumberOfThreads()
     sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(4)
     try:
-        out = [call_tool("register.rigid", {"fixed": s["T2w"], "moving": s["ADC"]}) for _ in range(3)]
+        out = [call_tool("register.rigid", {"fixed": s["T2w"], "moving": s["ADC"]}) for _ in range(2)]
         assert sitk.ProcessObject.GetGlobalDefaultNumberOfThreads() == 4
     finally:
         sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(before)
