@@ -45,7 +45,7 @@ def _kill_session(temp_dir: Path) -> None:
             p.send_signal(signal.SIGTERM)
         except psutil.Error:
             pass
-    _, alive = psutil.wait_procs(procs, timeout=10)
+    _, alive = psutil.wait_procs(procs, timeout=3)  # then SIGKILL: a raylet can sit out SIGTERM for 10 s
     for p in alive:
         try:
             p.kill()

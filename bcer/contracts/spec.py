@@ -32,9 +32,11 @@ class ToolSpec(BaseModel):
 
     ``gpu``: "none" (CPU only), "optional" (GPU path used when a GPU is there, CPU path
     otherwise), "required" (no CPU path: fails fast with ``resource`` without a GPU).
-    ``frameworks``: the heavy modules the tool's code imports (torch, cupy); the engine imports
-    the installed ones before arming the node's time limit. ``None``: torch for a tool with a
-    GPU path, nothing otherwise.
+    ``frameworks``: the heavy modules the tool's code imports on every device (torch for a
+    network that also runs on the CPU); ``gpu_frameworks``: those only its GPU path imports
+    (cupy, torch for a CPU path in numpy). The engine imports the installed ones a run needs
+    before arming the node's time limit. ``frameworks=None``: torch for a tool with a GPU path
+    that declares no ``gpu_frameworks``, nothing otherwise.
     """
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
@@ -48,6 +50,7 @@ class ToolSpec(BaseModel):
     milestone: str | None = None
     gpu: Literal["none", "optional", "required"] = "none"
     frameworks: list[str] | None = None
+    gpu_frameworks: list[str] = Field(default_factory=list)
 
     def input(self, name: str) -> Port | None:
         return next((p for p in self.inputs if p.name == name), None)

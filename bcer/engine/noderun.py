@@ -181,7 +181,7 @@ def _key_inputs(spec: dict[str, Any], deps: tuple[dict[str, Any], ...]) -> dict[
     return inputs
 
 
-def _framework_imports(tool: str) -> None:
+def _framework_imports(tool: str, device: str = "cpu") -> None:
     """Import a GPU-capable tool's framework (torch) before its time limit is armed.
 
     A SIGALRM that lands inside ``import torch`` leaves half-registered torch modules in the
@@ -189,8 +189,9 @@ def _framework_imports(tool: str) -> None:
     be used..."): measured in the controller ablation, where first imports on a loaded machine
     met 60-s limits. Importing outside the limit makes the import uninterruptible and keeps
     it out of the tool's measured time. The modules are the tool's ``frameworks`` (torch by
-    default for a GPU path; the recon tools' GPU path is cupy, so they never pay for torch), and
-    tools without a GPU path never pay for them.
+    default for a GPU path) and, for a GPU run, its ``gpu_frameworks`` (the recon tools' cupy,
+    denoise.nlm's torch: their CPU paths are numpy and scikit-image, and a CPU run never pays
+    for them); tools without a GPU path never pay for any.
 
     A tool that runs MONAI bundles (its params take a ``bundle_dir``) also gets ``monai``
     (~9 s on an idle core): an interrupted ``import monai`` left the worker unable to build
@@ -202,22 +203,27 @@ def _framework_imports(tool: str) -> None:
         reg = get_tool(tool)  # imports the tool's module (outside the limit too)
     except ToolError:
         return  # an unknown tool: call_tool raises its typed error under the limit
-    for name in frameworks_for(reg.spec, reg.params_model.model_fields):
+    for name in frameworks_for(reg.spec, reg.params_model.model_fields, device):
         if name not in sys.modules and importlib.util.find_spec(name) is not None:
             importlib.import_module(name)
 
 
-def frameworks_for(spec: ToolSpec, params: Iterable[str] = ()) -> list[str]:
-    """The modules :func:`_framework_imports` imports for a tool: its declared ``frameworks``
-    (torch when undeclared and the tool has a GPU path), and monai when its ``params`` take a
-    ``bundle_dir``."""
-    wanted = spec.frameworks if spec.frameworks is not None else ([] if spec.gpu == "none" else ["torch"])
-    return [*wanted, "monai"] if "bundle_dir" in params and "monai" not in wanted else list(wanted)
+def frameworks_for(spec: ToolSpec, params: Iterable[str] = (), device: str = "cpu") -> list[str]:
+    """The modules :func:`_framework_imports` imports for a run of a tool on ``device``: its
+    ``frameworks`` (torch when undeclared, for a GPU path with no ``gpu_frameworks``), its
+    ``gpu_frameworks`` on a GPU, and monai when its ``params`` take a ``bundle_dir``."""
+    wanted = spec.frameworks
+    if wanted is None:
+        wanted = ["torch"] if spec.gpu != "none" and not spec.gpu_frameworks else []
+    wanted = [*wanted, *(spec.gpu_frameworks if device != "cpu" else [])]
+    if "bundle_dir" in params:
+        wanted.append("monai")
+    return list(dict.fromkeys(wanted))
 
 
 def _run_tool(spec: dict[str, Any], values: tuple[Any, ...], device: str) -> dict[str, Any]:
     inputs = {port: _pluck(v, tuple(path)) for (port, path), v in zip(spec["ports"], values)}
-    _framework_imports(spec["tool"])
+    _framework_imports(spec["tool"], device)
     with time_limit(spec.get("timeout_s")):
         result = call_tool(spec["tool"], inputs, spec["params"], device=device)
     missing = [f for f in spec["outputs"] if f not in result]

@@ -135,7 +135,7 @@ def rician_correct(data: np.ndarray, sigma: float) -> np.ndarray:
 
 
 @tool("denoise.nlm", version="1.1", milestone="denoising", gpu="optional",
-      resources={"num_cpus": 1, "memory_mb": 2048})
+      resources={"num_cpus": 1, "memory_mb": 2048}, gpu_frameworks=("torch",))
 def nlm(image: Image, params: NLMParams, device: str = "cpu") -> Image:
     """Non-local means denoising of a 3-D magnitude image (Rician-aware), geometry unchanged.
 

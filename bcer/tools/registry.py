@@ -79,7 +79,8 @@ def _output_ports(fn: Callable, hints: dict[str, Any], output: str | None) -> tu
 
 def tool(name: str, *, version: str = "1.0", milestone: str | None = None,
          resources: Resources | dict | None = None, gpu: str = "none",
-         output: str | None = None, frameworks: list[str] | None = None) -> Callable[[Callable], Callable]:
+         output: str | None = None, frameworks: list[str] | None = None,
+         gpu_frameworks: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
     """Register a function as a bcer tool.
 
     Args:
@@ -89,8 +90,9 @@ def tool(name: str, *, version: str = "1.0", milestone: str | None = None,
         resources: Ray resources for one call.
         gpu: "none", "optional" (has a GPU path, falls back to CPU) or "required".
         output: name of the single output port (default: the artifact kind).
-        frameworks: heavy modules the tool imports, imported before its time limit is armed
-            (default: torch for a tool with a GPU path; ``[]`` for none).
+        frameworks: heavy modules the tool imports on every device, imported before its time
+            limit is armed (default: torch for a tool with a GPU path and no ``gpu_frameworks``).
+        gpu_frameworks: those its GPU path alone imports (imported only for a GPU run).
     """
 
     def deco(fn: Callable) -> Callable:
@@ -118,7 +120,7 @@ def tool(name: str, *, version: str = "1.0", milestone: str | None = None,
         spec = ToolSpec(name=name, version=version, description=doc.split("\n\n")[0],
                         inputs=inputs, outputs=outputs, params_schema=params_model.model_json_schema(),
                         resources=res, milestone=milestone, gpu=gpu,
-                        frameworks=frameworks)
+                        frameworks=frameworks, gpu_frameworks=list(gpu_frameworks))
         if name in REGISTRY and REGISTRY[name].fn.__qualname__ != fn.__qualname__:
             raise ValueError(f"tool {name!r} registered twice")
         REGISTRY[name] = RegisteredTool(spec, fn, params_model, multi)

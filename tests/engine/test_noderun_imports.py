@@ -1,6 +1,7 @@
 """A GPU-capable tool's frameworks are imported before its time limit is armed (an alarm inside
 ``import torch`` would poison the worker for every later torch tool); CPU-only tools never
-import them, and a tool whose GPU path is cupy (the recon tools) never imports torch. A tool
+import them, and a run gets only what its path imports (the recon tools' GPU path is cupy and
+their CPU path numpy; denoise.nlm imports torch on a GPU only). A tool
 that runs MONAI bundles also gets ``monai`` (an alarm inside ``import monai`` left the worker
 unable to build any bundle network, and ``seg.cardiac`` fell back to its classical method for
 the rest of the cardiac ablation)."""
@@ -15,20 +16,23 @@ from bcer.engine.noderun import frameworks_for
 from bcer.tools.registry import get_tool
 
 
-def _wanted(name: str) -> list[str]:
+def _wanted(name: str, device: str = "cpu") -> list[str]:
     reg = get_tool(name)
-    return frameworks_for(reg.spec, reg.params_model.model_fields)
+    return frameworks_for(reg.spec, reg.params_model.model_fields, device)
 
 
-def test_each_tool_gets_the_frameworks_its_code_imports() -> None:
-    assert get_tool("quant.roi_stats").spec.gpu == "none" and _wanted("quant.roi_stats") == []
+def test_each_run_gets_the_frameworks_its_path_imports() -> None:
+    assert get_tool("quant.roi_stats").spec.gpu == "none" and _wanted("quant.roi_stats", "cuda") == []
     assert get_tool("recon.sense").spec.gpu == "optional"
     for recon in ("recon.sense", "recon.grappa", "recon.zero_filled", "recon.sense_cine"):
-        assert _wanted(recon) == ["cupy"], recon  # their GPU path is cupy: never torch
-    assert _wanted("denoise.nlm") == ["torch"]  # undeclared, GPU path: torch
+        # the GPU path is cupy, the CPU path numpy: never torch, cupy only on a GPU
+        assert _wanted(recon) == [] and _wanted(recon, "cuda") == ["cupy"], recon
+    assert _wanted("denoise.nlm") == [] and _wanted("denoise.nlm", "cuda") == ["torch"]  # CPU: scikit-image
     for seg in ("seg.cardiac", "seg.prostate", "seg.brain_tumor"):
-        assert _wanted(seg) == ["torch", "monai"], seg  # runs MONAI bundles
-    assert frameworks_for(ToolSpec(name="x.y", gpu="optional", frameworks=[])) == []
+        # the bundle network runs in torch on either device, built by MONAI
+        assert _wanted(seg) == _wanted(seg, "cuda") == ["torch", "monai"], seg
+    assert frameworks_for(ToolSpec(name="x.y", gpu="optional", frameworks=[]), device="cuda") == []
+    assert frameworks_for(ToolSpec(name="x.y", gpu="optional")) == ["torch"]  # undeclared: torch
     assert frameworks_for(ToolSpec(name="x.y", frameworks=["monai"]), ["bundle_dir"]) == ["monai"]
 
 
@@ -38,11 +42,12 @@ def test_framework_imported_outside_the_limit_only_for_gpu_tools() -> None:
     code = textwrap.dedent("""
         import sys
         from bcer.engine.noderun import _framework_imports
-        _framework_imports("quant.roi_stats")
-        _framework_imports("recon.sense")  # cupy (not installed here): nothing
+        _framework_imports("quant.roi_stats", "cuda")
+        _framework_imports("recon.sense", "cuda")  # cupy (not installed here): nothing
+        _framework_imports("denoise.nlm", "cpu")  # scikit-image on the CPU: no torch
         _framework_imports("no.such_tool")  # unknown: left to call_tool's typed error
         before = "torch" in sys.modules
-        _framework_imports("denoise.nlm")
+        _framework_imports("denoise.nlm", "cuda")
         print(before, "torch" in sys.modules, "monai" in sys.modules)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

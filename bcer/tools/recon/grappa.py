@@ -164,7 +164,7 @@ def _grappa(kspace: KSpace, params: GrappaParams, cine: bool, tool_name: str, de
 
 
 @tool("recon.grappa", version="1.1", milestone="reconstruction", resources=_RESOURCES,
-      gpu="optional", output="image", frameworks=["cupy"])
+      gpu="optional", output="image", gpu_frameworks=("cupy",))
 def grappa(kspace: KSpace, params: GrappaParams, device: str = "cpu") -> Image:
     """GRAPPA reconstruction of uniformly undersampled (C, X, Y, Z) k-space with a central
     ACS block: kernels calibrated per slice on the ACS lines fill the missing lines, then
@@ -182,7 +182,7 @@ def grappa(kspace: KSpace, params: GrappaParams, device: str = "cpu") -> Image:
 
 
 @tool("recon.grappa_cine", version="1.1", milestone="reconstruction", resources=_RESOURCES,
-      gpu="optional", output="cine", frameworks=["cupy"])
+      gpu="optional", output="cine", gpu_frameworks=("cupy",))
 def grappa_cine(kspace: KSpace, params: GrappaParams, device: str = "cpu") -> Cine:
     """GRAPPA reconstruction of cine k-space (C, X, Y, Z, T) into a magnitude Cine, kernels
     calibrated per slice and frame (same core as ``recon.grappa``)."""

@@ -104,7 +104,7 @@ def _sense(kspace: KSpace, params: SenseParams, cine: bool, tool_name: str, devi
 
 
 @tool("recon.sense", version="1.1", milestone="reconstruction", resources=_RESOURCES,
-      gpu="optional", output="image", frameworks=["cupy"])
+      gpu="optional", output="image", gpu_frameworks=("cupy",))
 def sense(kspace: KSpace, params: SenseParams, device: str = "cpu") -> Image:
     """CG-SENSE reconstruction of undersampled (C, X, Y, Z) Cartesian k-space, coil maps
     estimated from the central calibration block (smooth refit of low-resolution maps by
@@ -123,7 +123,7 @@ def sense(kspace: KSpace, params: SenseParams, device: str = "cpu") -> Image:
 
 
 @tool("recon.sense_cine", version="1.1", milestone="reconstruction", resources=_RESOURCES,
-      gpu="optional", output="cine", frameworks=["cupy"])
+      gpu="optional", output="cine", gpu_frameworks=("cupy",))
 def sense_cine(kspace: KSpace, params: SenseParams, device: str = "cpu") -> Cine:
     """CG-SENSE reconstruction of cine k-space (C, X, Y, Z, T) into a magnitude Cine, maps
     estimated per slice and frame (same core as ``recon.sense``)."""

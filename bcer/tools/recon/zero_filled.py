@@ -33,7 +33,7 @@ def _zero_filled(kspace: KSpace, cine: bool, tool_name: str, device: str) -> Ima
 
 
 @tool("recon.zero_filled", version="1.1", milestone="reconstruction", resources=_RESOURCES,
-      gpu="optional", output="image", frameworks=["cupy"])
+      gpu="optional", output="image", gpu_frameworks=("cupy",))
 def zero_filled(kspace: KSpace, device: str = "cpu") -> Image:
     """Zero-filled reconstruction of (C, X, Y, Z) k-space: centred inverse FFT per coil,
     root-sum-of-squares coil combine. Exact for fully sampled data; aliased when undersampled.
@@ -49,7 +49,7 @@ def zero_filled(kspace: KSpace, device: str = "cpu") -> Image:
 
 
 @tool("recon.zero_filled_cine", version="1.1", milestone="reconstruction", resources=_RESOURCES,
-      gpu="optional", output="cine", frameworks=["cupy"])
+      gpu="optional", output="cine", gpu_frameworks=("cupy",))
 def zero_filled_cine(kspace: KSpace, device: str = "cpu") -> Cine:
     """Zero-filled reconstruction of cine k-space (C, X, Y, Z, T) into a magnitude Cine
     (X, Y, Z, T), frame by frame (same core as ``recon.zero_filled``)."""
