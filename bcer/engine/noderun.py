@@ -182,7 +182,7 @@ def _key_inputs(spec: dict[str, Any], deps: tuple[dict[str, Any], ...]) -> dict[
 
 
 def _framework_imports(tool: str, device: str = "cpu") -> None:
-    """Import a GPU-capable tool's framework (torch) before its time limit is armed.
+    """Import the frameworks a run of a tool needs (torch, cupy, monai) before its time limit is armed.
 
     A SIGALRM that lands inside ``import torch`` leaves half-registered torch modules in the
     worker, and every later torch tool in that process fails ("Only a single TORCH_LIBRARY can
