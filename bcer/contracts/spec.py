@@ -35,8 +35,8 @@ class ToolSpec(BaseModel):
     ``frameworks``: the heavy modules the tool's code imports on every device (torch for a
     network that also runs on the CPU); ``gpu_frameworks``: those only its GPU path imports
     (cupy; torch where the CPU path is numpy or scikit-image). The engine imports the installed
-    ones a run needs before arming the node's time limit. ``frameworks=None``: torch for a tool with a GPU path
-    that declares no ``gpu_frameworks``, nothing otherwise.
+    ones a run needs before arming the node's time limit. ``frameworks=None``: torch for a tool
+    with a GPU path that declares no ``gpu_frameworks``, nothing otherwise.
     """
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
