@@ -160,10 +160,11 @@ def test_bench_prostate_cases_within_1mm(seed: int, n_lesions: int) -> None:
     assert quarter["transform"].meta["sampling_fraction"] == 0.25 and "refined" not in quarter["transform"].meta
 
 
-@pytest.mark.parametrize("seed", [3, 4])
+@pytest.mark.parametrize("seed", [3])
 def test_known_motion_prostate_more_seeds_and_mask_path(seed: int) -> None:
-    """The 8 deg / 8 mm oblique motion of the test above on further seeds, also through the mask
-    path (a gland mask dilated by 5 voxels; the bare gland mask was 6.8-17.5 mm off before)."""
+    """The 8 deg / 8 mm oblique motion of the test above on a further seed, also through the mask
+    path (a gland mask dilated by 5 voxels; the bare gland mask was 6.8-17.5 mm off before, on
+    seeds 3 and 4; seed 4 left out of the suite for time, it passed every run until then)."""
     ph = make_prostate(f"reg{seed}", seed=seed, size="small", n_lesions=1, misalign=False)
     t2w, adc, gland = ph.sequences["T2w"], ph.sequences["ADC"], ph.labels["gland"]
     axis = np.array([1.0, -1.0, 1.0]) / np.sqrt(3.0)
