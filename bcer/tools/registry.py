@@ -79,7 +79,7 @@ def _output_ports(fn: Callable, hints: dict[str, Any], output: str | None) -> tu
 
 def tool(name: str, *, version: str = "1.0", milestone: str | None = None,
          resources: Resources | dict | None = None, gpu: str = "none",
-         output: str | None = None, frameworks: list[str] | None = None,
+         output: str | None = None, frameworks: tuple[str, ...] | None = None,
          gpu_frameworks: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
     """Register a function as a bcer tool.
 
@@ -120,7 +120,8 @@ def tool(name: str, *, version: str = "1.0", milestone: str | None = None,
         spec = ToolSpec(name=name, version=version, description=doc.split("\n\n")[0],
                         inputs=inputs, outputs=outputs, params_schema=params_model.model_json_schema(),
                         resources=res, milestone=milestone, gpu=gpu,
-                        frameworks=frameworks, gpu_frameworks=list(gpu_frameworks))
+                        frameworks=None if frameworks is None else list(frameworks),
+                        gpu_frameworks=list(gpu_frameworks))
         if name in REGISTRY and REGISTRY[name].fn.__qualname__ != fn.__qualname__:
             raise ValueError(f"tool {name!r} registered twice")
         REGISTRY[name] = RegisteredTool(spec, fn, params_model, multi)

@@ -26,14 +26,14 @@ def _hold(img: Image, params: Hold, device: str) -> Image:
 
 
 @tool("xgpu.whole", resources={"num_cpus": 0.25, "memory_mb": 64}, gpu="optional", milestone="held",
-      frameworks=[])  # no GPU work: a worker need not import torch for it
+      frameworks=())  # no GPU work: a worker need not import torch for it
 def whole(img: Image, params: Hold, device: str = "cpu") -> Image:
     """Asks for a whole GPU (num_gpus 0 -> 1 on a GPU cluster)."""
     return _hold(img, params, device)
 
 
 @tool("xgpu.quarter", resources={"num_cpus": 0.25, "num_gpus": 0.25, "memory_mb": 64}, gpu="optional",
-      milestone="held", frameworks=[])
+      milestone="held", frameworks=())
 def quarter(img: Image, params: Hold, device: str = "cpu") -> Image:
     """A small model: a quarter of a GPU, so four share one."""
     return _hold(img, params, device)
