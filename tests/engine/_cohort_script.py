@@ -1,5 +1,6 @@
 """Run by test_kill in its own process (a driver joining the test's Ray cluster): a small cohort
-the test interrupts (SIGINT) or kills (SIGKILL) mid-run; the test then resumes it."""
+the test interrupts (SIGINT) or kills (SIGKILL) at points it holds the cases at; the test then
+resumes it."""
 from __future__ import annotations
 
 import sys
@@ -7,6 +8,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+# files in a case's input folder that hold its node a / node b while they exist: the test decides
+# which cases are held where, and releases them by deleting the file (no race against a timer)
+HOLD_A, HOLD_B = "HOLD_a", "HOLD_b"
 
 
 def cohort_cases(data: Path):
@@ -20,8 +24,8 @@ def plan():
     from bcer.contracts import PlanSketch
 
     return PlanSketch(goal="slow chain", steps=[
-        {"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1", "add": 1, "sleep_s": 0.6}},
-        {"id": "b", "tool": "xtoy.step", "args": {"img": "@node.a.image", "add": 2, "sleep_s": 0.6}},
+        {"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1", "add": 1, "hold_file": HOLD_A}},
+        {"id": "b", "tool": "xtoy.step", "args": {"img": "@node.a.image", "add": 2, "hold_file": HOLD_B}},
         {"id": "m", "tool": "xtoy.measure", "args": {"img": "@node.b.image"}}])
 
 

@@ -24,6 +24,9 @@ class Step(BaseModel):
     model_config = ConfigDict(extra="forbid")
     add: float = Field(1.0, ge=-100, le=100)
     sleep_s: float = Field(0.0, ge=0, le=5)
+    # a file in the case's input root: while it exists the step waits (tests hold a case at a
+    # known point and release it by deleting the file, instead of racing a timer)
+    hold_file: str = ""
 
 
 class Windowed(BaseModel):
@@ -47,9 +50,22 @@ class Parts(NamedTuple):
     small: Mask
 
 
+def _wait_released(hold: str, limit_s: float = 240.0) -> None:
+    """Block while the hold file exists (bounded: a test that never releases fails, not hangs)."""
+    if not hold:
+        return
+    t0 = time.monotonic()
+    while Path(hold).exists():
+        if time.monotonic() - t0 > limit_s:
+            raise ToolError("timeout", f"hold file {hold} never released")
+        time.sleep(0.02)
+
+
 @tool("xtoy.step", resources=CHEAP, milestone="stepped")
 def step(img: Image, params: Step) -> Image:
-    """Add a constant (optionally sleeping first, to make run intervals measurable)."""
+    """Add a constant (optionally sleeping first, to make run intervals measurable; optionally
+    held while ``hold_file`` exists)."""
+    _wait_released(params.hold_file)
     time.sleep(params.sleep_s)
     return Image(np.asarray(img.data) + params.add, img.affine, {"pid": os.getpid()})
 
@@ -163,6 +179,9 @@ class Tally(BaseModel):
     scratch_dir: str  # bound to @runtime.output_dir: the tally survives the worker
     add: float = Field(1.0, ge=-100, le=100)
     sleep_s: float = Field(0.0, ge=0, le=5)
+    # a file in the case's input root: while it exists the step waits (tests hold a case at a
+    # known point and release it by deleting the file, instead of racing a timer)
+    hold_file: str = ""
 
 
 @tool("xtoy.tally", resources=CHEAP, milestone="tallied")
