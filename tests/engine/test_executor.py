@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import time
 import uuid
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -124,10 +123,8 @@ def test_eight_cases_run_as_parallel_ray_tasks(ray_local, tmp_path, reflector):
                   {"id": "c", "tool": "xtoy.step", "args": {"img": "@node.b.image", "sleep_s": 0.5}},
                   {"id": "d", "tool": "xtoy.measure", "args": {"img": "@node.c.image"}})
     cases = [make_case(tmp_path / "in", f"p{i}", value=float(i)) for i in range(8)]
-    t0 = time.time()
     with ThreadPoolExecutor(8) as pool:
         outs = list(pool.map(lambda c: run(tmp_path, c, plan, reflector), cases))
-    wall = time.time() - t0
     assert [o.status for o in outs] == ["succeeded"] * 8
     iv = {}
     for c in cases:
@@ -142,7 +139,6 @@ def test_eight_cases_run_as_parallel_ray_tasks(ray_local, tmp_path, reflector):
         evs = events(tmp_path / "out" / c.id)
         spans.append((evs[0].time, evs[-1].time))  # case_started .. case_finished
     assert max(s for s, _ in spans) < min(e for _, e in spans)  # all 8 cases were in flight together
-    assert wall < 60
     for i, o in enumerate(outs):  # each case measured its own data: mean = mean(x) + 3
         want = float(np.mean(case_data(cases[i]))) + 3.0
         assert o.measurements["d.mean"] == pytest.approx(want, rel=1e-6)
@@ -245,10 +241,9 @@ def test_worker_lost_when_ray_gives_up_and_timeout(ray_local, tmp_path, reflecto
     assert lost.node_status == {"a": "succeeded", "k": "failed"}
     assert (tmp_path / "l/out/c1/a.nii.gz").exists() is False  # a is not a sink: nothing to keep
     slow = sketch({"id": "s", "tool": "xtoy.step", "args": {"img": "@seq.T1", "sleep_s": 5.0}})
-    t0 = time.time()
     timed = run(tmp_path / "t", case, slow, reflector, node_timeout_s=1.0)
     assert timed.status == "failed" and timed.error["code"] == "timeout"
-    assert time.time() - t0 < 9  # cancelled twice (one unchanged re-submission), never waited for
+    # cancelled twice (one unchanged re-submission): without the limit the 5-s step would succeed
     retried = [e for e in events(tmp_path / "t/out/c1") if e.kind == "retried"]
     assert len(retried) == 1 and "timed out" in retried[0].message
 
@@ -263,11 +258,9 @@ def test_cpu_only_cluster_gpu_fallback_and_gpu_only_fails_fast(ray_local, tmp_pa
     assert row["device"] == "cpu"
     fb = [e for e in events(tmp_path / "o/out/c1") if e.kind == "fallback"]
     assert len(fb) == 1 and "no GPU" in fb[0].message and fb[0].node == "g"
-    t0 = time.time()
     only = run(tmp_path / "r", case, sketch({"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1"}},
                                             {"id": "g", "tool": "xtoy.gpu_only", "args": {"img": "@node.a.image"}}),
                reflector)
-    assert time.time() - t0 < 20
     assert only.status == "failed" and only.error["code"] == "resource" and only.error["node"] == "g"
     evs = events(tmp_path / "r/out/c1")
     assert not any(e.kind == "started" and e.node == "g" for e in evs)  # never submitted

