@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # no wheel cache: a CI disk can be small, and a cached copy of every wheel doubles what the install writes
 PIP := $(BIN)/pip install -q --no-cache-dir
 
-.PHONY: demo test install bench clean
+.PHONY: demo test install browser bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -27,7 +27,11 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/bcer demo --out $(or $(OUT),demo_out)
 
-test: $(STAMP)
+# the page tests drive Debian's Chromium through chromedriver
+browser:
+	bash scripts/install_browser.sh
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q -x -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: $(STAMP)

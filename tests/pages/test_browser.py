@@ -21,8 +21,8 @@ FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "-
 @pytest.fixture(scope="module")
 def browser():
     if not (Path(CHROMIUM).exists() and Path(DRIVER).exists()):
-        pytest.fail("Chromium and chromedriver are needed: apt-get install -y chromium chromium-driver "
-                    "(.ci/run does this)")
+        pytest.fail(f"the page tests need Chromium ({CHROMIUM}) and chromedriver ({DRIVER}): run "
+                    "`bash scripts/install_browser.sh` (`make test` does)", pytrace=False)
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
