@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import tempfile
 import zlib
@@ -12,6 +13,23 @@ import numpy as np
 
 from ...contracts.artifacts import Cine, Image, Mask
 from ...contracts.errors import ErrorCode, ToolError
+
+
+_LABELS_ECODE = 6  # NIfTI-1 "comment" extension: a JSON label table {value: name}
+
+
+def mask_label_names(path: str | Path) -> dict[int, str]:
+    """The label names ``write_nifti`` stored in a mask file's header ({} when none)."""
+    import nibabel as nib
+
+    for ext in nib.load(str(path)).header.extensions:
+        if ext.get_code() == _LABELS_ECODE:
+            try:
+                table = json.loads(ext.get_content()).get("bcer_labels", {})
+            except (ValueError, AttributeError):
+                continue
+            return {int(k): str(v) for k, v in table.items()}
+    return {}
 
 
 def _check_finite(data: np.ndarray, path: Path) -> None:
@@ -106,6 +124,10 @@ def write_nifti(artifact, path: str | Path) -> Path:
     img.set_qform(artifact.affine, code=1)
     sp = artifact.spacing
     img.header.set_zooms(tuple(sp) + tuple(1.0 for _ in range(data.ndim - 3)))
+    img.header.set_xyzt_units("mm", "sec")
+    if isinstance(artifact, Mask) and artifact.labels:  # names travel with the file (BIDS dseg.tsv, DICOM SEG)
+        img.header.extensions.append(nib.nifti1.Nifti1Extension(
+            _LABELS_ECODE, json.dumps({"bcer_labels": {str(k): v for k, v in artifact.labels.items()}}).encode()))
     if not str(path).endswith((".nii", ".nii.gz")):
         path = path.with_name(path.name + ".nii.gz")
     path.parent.mkdir(parents=True, exist_ok=True)
