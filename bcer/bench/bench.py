@@ -109,7 +109,8 @@ def run_task_cases(cases: dict[str, list[Case]], out: str | Path, address: str |
                    max_in_flight: int = 2, on_case_done: Callable[[dict], None] | None = None,
                    cache: str | Path | None = None, node_timeout_s: float | None = None,
                    bundles: dict[str, str] | None = None, read_roots: tuple[str, ...] = (),
-                   controller: Any = None, quality: bool = True) -> list[dict[str, Any]]:
+                   controller: Any = None, quality: bool = True,
+                   params: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Run every task's cases on Ray, one cohort per task, all tasks from one driver loop.
 
     Each case is scored against its ground truth as soon as it finishes, while the others still
@@ -130,6 +131,10 @@ def run_task_cases(cases: dict[str, list[Case]], out: str | Path, address: str |
         planner = controller.new_planner() if controller is not None else OfflineBrain()  # llm: --planner
         if bundles:
             planner = BundleBinder(planner, bundles)
+        if params:  # --set: checked by parse_sets / check_params before anything ran
+            from ..overrides import ParamSetter
+
+            planner = ParamSetter(planner, params)
         cfgs[t] = CohortConfig(out=Path(out) / "runs" / t, planner=planner, contract=contracts[t],
                                max_in_flight=max_in_flight, address=address, seed=seed, model_dirs=read_roots,
                                cache=Path(cache) if cache else None, node_timeout_s=node_timeout_s,
@@ -209,7 +214,7 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
               node_timeout_s: float | None = None,
               bundles: dict[str, str] | None = None, model_dirs: Iterable[str] = (), planner: str = "offline",
               llm: Any = None, llm_record: str | Path | None = None, reflector: str = "tier1",
-              family: str = "base") -> dict[str, Any]:
+              family: str = "base", params: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Run the benchmark and write ``OUT/bench.json``.
 
     Args:
@@ -231,6 +236,7 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
             ``--llm-record``, ``--reflector``); one backend serves every task.
         family: phantom family ("base" | "randomised" | "heldout"; ignored with ``data``);
             every task must offer it (``bcer.bench.cases.supports_family``).
+        params: ``{tool: {param: value}}`` set on every step of that tool (``--set``).
 
     Returns:
         ``{"config", "tasks": {id: summary}, "cases": [rows], "total_wall_s", "synth_s"}``.
@@ -244,6 +250,10 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
     model_dirs = [str(d) for d in model_dirs]
     bundles = resolve_bundles(bundles, model_dirs)
     check_planner(planner), check_reflector(reflector)  # before minutes of synthesis
+    if params:
+        from ..overrides import check_params
+
+        params = check_params(params)
     if size not in ("small", "full"):
         raise ToolError(ErrorCode.value_range, f"size must be small or full, got {size!r}", arg="size")
     for t in ids:
@@ -262,7 +272,7 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
     t1 = time.time()
     with Controller(planner, llm=llm, reflector_spec=reflector, llm_record=llm_record, address=address) as ctl:
         results = run_task_cases(cases, out, address, seed, max_in_flight, on_case_done, cache, node_timeout_s,
-                                 bundles, bundle_read_roots(bundles, model_dirs), ctl)
+                                 bundles, bundle_read_roots(bundles, model_dirs), ctl, params=params)
     run_s = time.time() - t1
     summary = {r["task"]: task_summary(load_contract(r["task"]), r["rows"], r["wall_s"]) for r in results}
     report = {
@@ -271,7 +281,7 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
                    "data": str(data) if data else None, "seed": seed, "planner": planner, "reflector": reflector,
                    "llm": llm if isinstance(llm, str) or llm is None else getattr(llm, "name", "object"),
                    "max_in_flight_per_task": max_in_flight, "cluster": resources, "bundles": bundles,
-                   "cache": str(cache) if cache else None},
+                   "cache": str(cache) if cache else None, "params": params or {}},
         "tasks": summary, "cases": [row for r in results for row in r["rows"]],
         "synth_s": round(synth_s, 2), "run_s": round(run_s, 2), "total_wall_s": round(time.time() - t0, 2),
     }
