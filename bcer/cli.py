@@ -461,31 +461,9 @@ def data_synth(domain: str = typer.Option(..., help="brain | cardiac | prostate"
     console.print(f"wrote {len(cases)} {domain} cases ({size}, {family} family) to {out}")
 
 
-@data_app.command("inspect")
-def data_inspect(root: Path = typer.Argument(...), layout: O.Layout = None,
-                 as_json: bool = typer.Option(False, "--json"),
-                 seq: O.Seq = None) -> None:
-    """Cases, sequences, shapes, spacings, metadata and available ground truth of a dataset."""
-    from .datasets.synth import inspect_dataset
+from .cli_data import data_inspect  # noqa: E402  (bcer data inspect: layout, cases, runnable tasks)
 
-    try:
-        info = inspect_dataset(root, layout, _seq(seq))
-    except ToolError as e:
-        _fail(e)
-    if as_json:
-        typer.echo(json.dumps(info, indent=2, default=str))
-        return
-    t = Table(title=f"{len(info)} cases in {root}")
-    for col in ("case", "domain", "sequences", "metadata", "ground truth"):
-        t.add_column(col)
-    for c in info:
-        seqs = "\n".join(f"{k}: {v.get('shape')} @ {V.fmt_spacing(v.get('spacing'))} {v.get('orientation', '')}"
-                         for k, v in c.get("sequences", {}).items())
-        t.add_row(c.get("case", ""), c.get("domain", ""), seqs,
-                  ", ".join(f"{k}={v}" for k, v in c.get("metadata", {}).items())[:80],
-                  ", ".join(c.get("ground_truth", []) or []))
-    console.print(t)
-
+data_app.command("inspect")(data_inspect)
 
 
 def _open_memory(path: Path, readonly: bool, embedder: str):
