@@ -157,6 +157,11 @@ def sequence_header(ref: SequenceRef) -> dict[str, Any]:
         h = nifti_header(ref.options["frames"][0])
         h["shape"] = tuple(h["shape"][:3]) + (len(ref.options["frames"]),)
         return h
+    if ref.format == "itk":  # .mha/.nrrd: SimpleITK reads the header alone
+        from ...tools.io.itk import read_header
+
+        h = read_header(ref.path)
+        return {**h, "spacing": spacing(h["affine"]), "orientation": orientation(h["affine"])}
     art = load_sequence(ref)
     affine = np.asarray(art.affine, dtype=np.float64)
     shape = tuple(int(n) for n in getattr(art, "image_shape", np.shape(art.data)))

@@ -16,6 +16,7 @@ SEQUENCE_READERS = {
     "nifti": "nifti",
     "nifti_frames": "nifti",
     "dicom": "dicom",
+    "itk": "itk",  # .mha / .nrrd through SimpleITK
     "fastmri_h5": "fastmri",
     "cmrx_mat": "cmrx",
 }
