@@ -8,7 +8,7 @@ with the unit of every numeric column in ``Table.units``.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,6 +20,7 @@ from ..contracts.errors import ErrorCode, ToolError
 from ..contracts.geometry import vox2world
 from ._checks import require_ndim, require_nonempty, require_same_grid, require_volume
 from .cardiac import LV, MYO, RV, label_cine, max_wall_thickness_mm, regional_thickening, volume_curves
+from .laterality import Midline, components, midline_from_image, midline_from_mask, right_share, side_word
 from .registry import tool
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,14 @@ class RoiFeaturesParams(BaseModel):
     composites: dict[str, list[int]] = Field(
         default_factory=dict, description="extra ROIs made of several labels, e.g. BraTS "
                                           "{'WT': [1, 2, 4], 'TC': [1, 4], 'ET': [4]}")
+    side_reference: Literal["image", "mask", "none"] = Field(
+        "image", description="midline that decides the side: 'image' the mid-sagittal plane fitted to the image's "
+                             "foreground (head/brain/body), 'mask' a sagittal plane through the centroid of all the "
+                             "mask's labels (an organ that straddles the midline, e.g. prostate zones), 'none' no side")
+    bilateral_share: float = Field(0.1, gt=0.0, lt=0.5, description="a region with at least this share of its voxels "
+                                                                   "on each side of the midline is 'bilateral'")
+    min_focus_ml: float = Field(0.5, ge=0.0, le=100.0, description="a connected component of a region counts as a "
+                                                                    "focus of its own from this volume (mL) up")
 
 
 class CardiacFunctionParams(BaseModel):
@@ -118,26 +127,74 @@ def roi_stats(image: Image, mask: Mask, params: RoiStatsParams) -> Table:
                  name="roi_stats", meta={"method": "label counts x voxel volume", "voxel_ml": vox})
 
 
-@tool("quant.roi_features", version="1.0", milestone="quantification",
+def _midline(image: Image, mask: Mask, how: str) -> Midline | None:
+    if how == "image":
+        return midline_from_image(np.asarray(image.data), image.affine)
+    return midline_from_mask(np.asarray(mask.data), mask.affine) if how == "mask" else None
+
+
+def _laterality(ijk: np.ndarray, affine: np.ndarray, midline: Midline | None, share: float) -> dict[str, Any]:
+    """Side ("R", "L", "bilateral"; "" without a midline), the share of voxels on each side (%)
+    and the centroid's signed distance from the midline (mm, > 0 right)."""
+    if midline is None:
+        return {"side": "", "right_share_pct": None, "left_share_pct": None, "midline_offset_mm": None}
+    r = right_share(ijk, affine, midline)
+    offset = float(midline.signed_mm(vox2world(affine, ijk.mean(axis=0)))[0])
+    return {"side": side_word(r, share), "right_share_pct": 100.0 * r, "left_share_pct": 100.0 * (1.0 - r),
+            "midline_offset_mm": offset}
+
+
+def _foci(m: np.ndarray, affine: np.ndarray, vox_ml: float, midline: Midline | None,
+          p: RoiFeaturesParams) -> list[dict[str, Any]]:
+    """Every connected component of at least ``min_focus_ml`` (the largest one when none is
+    that big), largest first, each with its own volume, diameter, centroid and side."""
+    parts = components(m, max(1, int(np.ceil(p.min_focus_ml / vox_ml))))
+    if not parts:
+        parts = components(m, 1)[:1]
+    out = []
+    for k, ijk in enumerate(parts, start=1):
+        c = vox2world(affine, ijk.mean(axis=0))
+        out.append({"focus": k, "volume_ml": float(len(ijk) * vox_ml), "max_diameter_mm": max_diameter_mm(ijk, affine),
+                    "centroid_x": float(c[0]), "centroid_y": float(c[1]), "centroid_z": float(c[2]),
+                    **_laterality(ijk, affine, midline, p.bilateral_share)})
+    return out
+
+
+@tool("quant.roi_features", version="1.1", milestone="quantification",
       resources={"num_cpus": 1, "memory_mb": 1024}, output="features")
 def roi_features(image: Image, mask: Mask, params: RoiFeaturesParams) -> Table:
-    """Per-ROI features: volume, intensity distribution, largest 3-D diameter, centroid and side.
+    """Per-ROI features: volume, intensity distribution, largest 3-D diameter, centroid, side
+    in the patient's frame, and the ROI's foci.
+
+    The side is decided against the patient's midline (:mod:`bcer.tools.laterality`), never by
+    the sign of a world coordinate: by default the mid-sagittal plane fitted to the
+    foreground of ``image`` (the head or brain of a brain scan, the body of a pelvis; a field of
+    view that cuts the body gives no midline and an empty side); ``side_reference="mask"``
+    puts it through the centroid of all the mask's labels (sides relative to an organ such as
+    the prostate gland, when the mask holds the whole gland). A side is ``"bilateral"`` when
+    each side holds at least ``bilateral_share`` of the ROI. For a cardiac cine the side
+    relative to the body's midline says little (the heart is left of it); read it as such.
 
     Args:
-        image: intensities to summarise (on the mask's grid).
+        image: intensities to summarise (on the mask's grid); its foreground gives the midline.
         mask: integer labels; ``mask.labels`` names the rows.
-        params: which labels, plus composite ROIs built from several labels.
+        params: which labels, composite ROIs built from several labels, the midline source,
+            the bilateral share and the smallest focus.
 
     Returns:
         Table, one row per ROI: ``roi``, ``labels``, ``volume_ml``, ``mean``, ``median``, ``std``,
         ``p10``, ``p90``, ``max_diameter_mm`` (largest distance between voxel centres, world mm),
-        ``centroid_x/y/z`` (RAS mm), ``side`` ("R" if the centroid's RAS x > 0, else "L").
+        ``centroid_x/y/z`` (RAS mm), ``side`` ("R", "L", "bilateral", "" without a midline),
+        ``right_share_pct``/``left_share_pct`` and ``midline_offset_mm`` (centroid, > 0 right),
+        ``n_foci``, ``multifocal`` (two or more foci) and ``foci`` (each focus of at least
+        ``min_focus_ml``, 26-connected, largest first: its volume, diameter, centroid and side).
 
     Raises:
         ToolError: ``shape``, ``numeric``, ``value_range`` as ``quant.roi_stats``.
     """
     data, lab = _inputs(image, mask)
     vox = mask.voxel_volume_ml
+    midline = _midline(image, mask, params.side_reference)
     rows = []
     for name, vals, m in _roi_masks(lab, mask.labels, params.labels, params.composites):
         if not m.any():
@@ -146,17 +203,25 @@ def roi_features(image: Image, mask: Mask, params: RoiFeaturesParams) -> Table:
         v = data[m].astype(np.float64)
         centroid = vox2world(mask.affine, ijk.mean(axis=0))
         p10, med, p90 = np.percentile(v, [10, 50, 90])
+        foci = _foci(m, mask.affine, vox, midline, params)
         rows.append({"roi": name, "labels": vals, "volume_ml": float(len(ijk) * vox), "mean": float(v.mean()),
                      "median": float(med), "std": float(v.std()), "p10": float(p10), "p90": float(p90),
                      "max_diameter_mm": max_diameter_mm(ijk, mask.affine),
                      "centroid_x": float(centroid[0]), "centroid_y": float(centroid[1]),
-                     "centroid_z": float(centroid[2]), "side": "R" if centroid[0] > 0 else "L"})
+                     "centroid_z": float(centroid[2]),
+                     **_laterality(ijk, mask.affine, midline, params.bilateral_share),
+                     "n_foci": len(foci), "multifocal": len(foci) >= 2, "foci": foci})
     u = _intensity_unit(image)
     units = {"volume_ml": "mL", "max_diameter_mm": "mm", "centroid_x": "mm", "centroid_y": "mm",
-             "centroid_z": "mm", **{k: u for k in ("mean", "median", "std", "p10", "p90")}}
+             "centroid_z": "mm", "right_share_pct": "%", "left_share_pct": "%", "midline_offset_mm": "mm",
+             "n_foci": "foci", **{k: u for k in ("mean", "median", "std", "p10", "p90")}}
     return Table(rows, units, name="roi_features",
-                 meta={"method": "voxel counts; convex-hull diameter in world mm; RAS centroid",
-                       "image_sequence": image.meta.get("sequence", "")})
+                 meta={"method": "voxel counts; convex-hull diameter in world mm; RAS centroid; side against the "
+                                 "patient's midline; 26-connected foci",
+                       "image_sequence": image.meta.get("sequence", ""),
+                       "midline": midline.as_dict() if midline else None,
+                       "side_reference": params.side_reference, "bilateral_share": params.bilateral_share,
+                       "min_focus_ml": params.min_focus_ml})
 
 
 def _frames(phases: Table | None, lv_curve: np.ndarray) -> tuple[int, int, str]:
