@@ -51,6 +51,9 @@ class ToolSpec(BaseModel):
     gpu: Literal["none", "optional", "required"] = "none"
     frameworks: list[str] | None = None
     gpu_frameworks: list[str] = Field(default_factory=list)
+    # what makes its numbers (bcer.tools.methods.MethodCard as a dict): None = a computation
+    # named by the tool and its version; a tool may refine it per call in meta["method_card"]
+    method: dict[str, Any] | None = None
 
     def input(self, name: str) -> Port | None:
         return next((p for p in self.inputs if p.name == name), None)

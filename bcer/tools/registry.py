@@ -80,7 +80,7 @@ def _output_ports(fn: Callable, hints: dict[str, Any], output: str | None) -> tu
 def tool(name: str, *, version: str = "1.0", milestone: str | None = None,
          resources: Resources | dict | None = None, gpu: str = "none",
          output: str | None = None, frameworks: tuple[str, ...] | None = None,
-         gpu_frameworks: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
+         gpu_frameworks: tuple[str, ...] = (), method: Any = None) -> Callable[[Callable], Callable]:
     """Register a function as a bcer tool.
 
     Args:
@@ -93,6 +93,8 @@ def tool(name: str, *, version: str = "1.0", milestone: str | None = None,
         frameworks: heavy modules the tool imports on every device, imported before its time
             limit is armed (default: torch for a tool with a GPU path and no ``gpu_frameworks``).
         gpu_frameworks: those its GPU path alone imports (imported only for a GPU run).
+        method: its method card (:class:`bcer.tools.methods.MethodCard` or a dict; default: a
+            computation named by the tool and version); provenance and reports name it.
     """
 
     def deco(fn: Callable) -> Callable:
@@ -121,7 +123,8 @@ def tool(name: str, *, version: str = "1.0", milestone: str | None = None,
                         inputs=inputs, outputs=outputs, params_schema=params_model.model_json_schema(),
                         resources=res, milestone=milestone, gpu=gpu,
                         frameworks=None if frameworks is None else list(frameworks),
-                        gpu_frameworks=list(gpu_frameworks))
+                        gpu_frameworks=list(gpu_frameworks),
+                        method=method.model_dump(exclude_defaults=True) if isinstance(method, BaseModel) else method)
         if name in REGISTRY and REGISTRY[name].fn.__qualname__ != fn.__qualname__:
             raise ValueError(f"tool {name!r} registered twice")
         REGISTRY[name] = RegisteredTool(spec, fn, params_model, multi)

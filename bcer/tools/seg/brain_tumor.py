@@ -31,6 +31,7 @@ from skimage.filters import threshold_otsu
 from ...contracts.artifacts import Image, Mask
 from ...contracts.errors import ErrorCode, ToolError
 from .._checks import require_same_grid, require_volume
+from ..methods import classical_card
 from ..registry import tool
 from ._common import BundleParams, fill_holes_2d, largest_component
 
@@ -169,6 +170,10 @@ def _classical(t1: Image, t1c: Image, t2: Image, flair: Image, p: BrainTumorPara
     return labels, meta
 
 
+CLASSICAL_CARD = classical_card("classical multicontrast thresholds (seg.brain_tumor)", "1.1",
+                               "brain mask, enhancement and FLAIR/T2 thresholds learnt per case, core by filling")
+
+
 @tool("seg.brain_tumor", version="1.1", milestone="segmentation",
       resources={"num_cpus": 1, "memory_mb": 2048}, gpu="optional")
 def brain_tumor(t1: Image, t1c: Image, t2: Image, flair: Image, params: BrainTumorParams,
@@ -203,6 +208,7 @@ def brain_tumor(t1: Image, t1c: Image, t2: Image, flair: Image, params: BrainTum
         labels = labels.astype(np.int16)
     else:
         labels, meta = _classical(t1, t1c, t2, flair, params)
+        meta["method_card"] = CLASSICAL_CARD.model_dump(exclude_defaults=True)
     vox = t1.voxel_volume_ml
     meta.update({f"{k}_ml": float(np.count_nonzero(labels == v) * vox) for k, v in
                  (("necrotic", 1), ("oedema", 2), ("enhancing", 4))})

@@ -45,6 +45,7 @@ import numpy as np
 
 from ...contracts.errors import ErrorCode, ToolError, did_you_mean
 from .._gpu import torch_device
+from ..methods import network_card
 from .bundle_config import (AxisRule, BundleConfig, Pipeline, build_network, build_pipeline, fit_roi,
                             read_config, shape_rules)
 from .bundle_labels import Channel, LabelTarget, channels_to_labels, order_channels, probe_values, value_map
@@ -460,6 +461,7 @@ def run_bundle(bundle_dir: str, channels: np.ndarray | Sequence[Channel], spacin
             "label_map": {str(k): v for k, v in mapping.items()} if isinstance(mapping, dict) else mapping}
     if bundle.pipeline is not None and bundle.pipeline.notes:
         meta["bundle_notes"] = list(bundle.pipeline.notes)
+    meta["method_card"] = network_card(bundle.path).model_dump(exclude_defaults=True)  # weights digest, training data
     return labels.astype(np.int16), meta
 
 

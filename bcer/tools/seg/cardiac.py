@@ -32,6 +32,7 @@ from pydantic import Field
 from ...contracts.artifacts import Cine, Mask
 from ...contracts.errors import ToolError
 from .._checks import require_volume
+from ..methods import MethodCard, classical_card, hybrid_card, seg_card
 from ..registry import tool
 from ._common import BundleParams
 from .cardiac_classical import classical_labels
@@ -191,6 +192,18 @@ def _auto(cine: Cine, data: np.ndarray, params: CardiacParams, device: str) -> t
     return labels, meta
 
 
+CLASSICAL_CARD = classical_card("classical cine levels (seg.cardiac)", "2.6",
+                               "blood/myocardium levels from the cine, LV/RV cavities by shape and motion")
+
+
+def _card(meta: dict[str, Any]) -> dict[str, Any]:
+    """Method card of the labels: hybrid (classical LV + network MYO/RV), network or classical."""
+    if isinstance(meta.get("network"), dict):
+        net = MethodCard(**seg_card(meta["network"], CLASSICAL_CARD))
+        return hybrid_card(HYBRID, "2.6", [CLASSICAL_CARD, net]).model_dump(exclude_defaults=True)
+    return seg_card(meta, CLASSICAL_CARD)
+
+
 def content_box(data: np.ndarray) -> tuple[slice, slice, slice]:
     """Array slices (X, Y, Z) of the bounding box of the voxels that are non-zero in any frame.
 
@@ -303,6 +316,7 @@ def cardiac(cine: Cine, params: CardiacParams, device: str = "cpu") -> Mask:
             meta["check"] = problem  # a bundle the caller chose is not replaced; the trace says why it looks wrong
     else:
         labels, meta = _auto(cine, data, params, device)
+    meta["method_card"] = _card(meta)
     out = to_stored_grid(labels, full.shape, box, ornt)
     vox = cine.voxel_volume_ml
     lv = np.count_nonzero(out == 3, axis=(0, 1, 2)) * vox
