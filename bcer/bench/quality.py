@@ -204,13 +204,23 @@ def _seg_pair(case: Case, case_dir: Path, contract: TaskContract, truth_name: st
     return np.asarray(data), np.asarray(truth.data)
 
 
+def _truth_region(case: Case, region: str) -> tuple[int, ...]:
+    """Truth values of a BraTS region from the truth's label names (BraTS 2023+ puts ET at 3,
+    2018-2021 at 4); bcer's own values when the truth names none. Predictions use bcer's."""
+    from ..datasets.layouts.brats2023 import region_values
+
+    ref = ((case.ground_truth or {}).get("labels") or {}).get("seg") or {}
+    named = {int(k): v for k, v in (ref.get("options") or {}).get("labels", {}).items()}
+    return region_values(named, region) or _BRATS[region]
+
+
 def _brats_dice(region: str) -> Metric:
     def fn(case: Case, case_dir: Path, contract: TaskContract) -> float | None:
         pair = _seg_pair(case, case_dir, contract, "seg")
         if pair is None:
             return None
         got, want = pair
-        return scored_dice(np.isin(got, _BRATS[region]), np.isin(want, _BRATS[region]))
+        return scored_dice(np.isin(got, _BRATS[region]), np.isin(want, _truth_region(case, region)))
     fn.__doc__ = f"Dice of the BraTS {region.upper()} region against the truth label map."
     return fn
 

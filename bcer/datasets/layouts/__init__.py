@@ -33,18 +33,25 @@ def get_layout(name: str) -> ModuleType:
 
 def detect_layout(root: str | Path, seq: Mapping[str, str] | None = None) -> str:
     """Name of the first layout whose ``detect`` accepts ``root``; with a sequence mapping
-    (``--seq``) the layout that takes one: nnunet when ``root`` is such a dataset, else flat."""
+    (``--seq``) the layout that takes one: nnunet or dicom when ``root`` is such a dataset,
+    else flat; a mapping file (``root`` a .csv/.tsv/.yaml file) is flat."""
     root = Path(root)
     if not root.exists():
         raise ToolError(ErrorCode.input_missing, f"dataset folder not found: {root}", file=str(root))
+    if root.is_file():  # a mapping file (case, sequence, path) is a flat dataset
+        return "flat"
     if seq:
-        return "nnunet" if layouts()["nnunet"].detect(root) else "flat"
+        for name in ("nnunet", "dicom"):  # channels, or SeriesDescription patterns
+            if layouts()[name].detect(root):
+                return name
+        return "flat"
     for name, mod in sorted(layouts().items()):
         if mod.detect(root):
             return name
     raise ToolError(ErrorCode.schema, f"cannot tell the layout of {root}",
                     hint=f"name it with --layout (known: {sorted(layouts())}); for NIfTI files in "
-                    "sub-folders map them with --seq T1=t1/*.nii.gz", file=str(root))
+                    "sub-folders map them with --seq T1=t1/*.nii.gz, or list every file in a mapping file "
+                    "(case,sequence,path; docs/data.md)", file=str(root))
 
 
 def read_layout(name: str, root: str | Path, seq: Mapping[str, str] | None = None):

@@ -28,15 +28,18 @@ from ...contracts.artifacts import ArtifactKind
 from ...contracts.case import Case, SequenceRef
 from ...contracts.errors import ErrorCode, ToolError, did_you_mean
 from ..phantom import Phantom
+from .brats2023 import labels_for_name
+from ...tools.io.itk import is_itk_file
 from ._common import read_each, read_truth, ref_for, sanitize_case_id, validate_case_shapes, write_truth, write_volume
-from ._sequences import domain_of, is_label_word, known_sequences, sequence_name, settle_t2
+from ._mapping import MAPPING_NAMES, is_mapping_file, read_mapping
+from ._sequences import LABEL_WORDS, domain_of, is_label_word, known_sequences, sequence_name, settle_t2
 
 log = logging.getLogger(__name__)
 
 NAME = "flat"
 TRUTH_DIR = "bcer_truth"
 LABEL = "seg"  # the key a label map gets in Case.ground_truth["labels"]
-_NII = re.compile(r"^(?P<stem>.+?)\.nii(\.gz)?$")
+_NII = re.compile(r"^(?P<stem>.+?)(\.nii(\.gz)?|\.mha|\.nrrd)$")  # NIfTI, MetaImage, NRRD
 _SEP = re.compile(r"([_\-.])")
 _FILE_KEY = {"T1c": "t1ce"}  # written names: lower-case canonical, BraTS's t1ce for T1c
 
@@ -53,6 +56,8 @@ def _is_nnunet_folder(root: Path) -> bool:
 
 def detect(root: Path) -> bool:
     root = Path(root)
+    if is_mapping_file(root) or any((root / n).is_file() for n in MAPPING_NAMES):
+        return True
     return root.is_dir() and not _is_nnunet_folder(root) and bool(_nifti_files(root))
 
 
@@ -113,6 +118,27 @@ def _auto_split(stem: str) -> tuple[str, str] | None:
     return None
 
 
+def _case_from_groups(groups: Iterable[str | None], path: Path) -> str:
+    """The case id from a pattern's wildcard matches, each distinct match once: in
+    ``*/*-t1n.nii.gz`` both wildcards match ``BraTS-GLI-00000-000``, which is one id, not two."""
+    return sanitize_case_id("_".join(dict.fromkeys(g for g in groups if g)) or path.name)
+
+
+def _implied_label(root: Path, targets: Mapping[str, str]) -> str | None:
+    """A label pattern beside the mapped ones when none is given: the first pattern with its
+    sequence word swapped for a label word (``*/*-t1n.nii.gz`` -> ``*/*-seg.nii.gz``) that
+    matches a file."""
+    for pattern in targets.values():
+        m = re.search(r"([A-Za-z0-9]+)((?:\.nii(?:\.gz)?|\.mha|\.nrrd)?)\Z", pattern)
+        if m is None or "*" in m.group(1):
+            continue
+        for word in sorted(LABEL_WORDS):
+            cand = pattern[:m.start(1)] + word + m.group(2)
+            if cand not in targets.values() and any(p.is_file() for p in root.glob(cand)):
+                return cand
+    return None
+
+
 def _claim(found: dict[str, dict[str, Path]], case: str, target: str, path: Path, how: str) -> None:
     have = found.setdefault(case, {})
     if target in have and have[target] != path:
@@ -133,7 +159,8 @@ def _auto_files(root: Path) -> tuple[dict[str, dict[str, Path]], dict[str, str]]
         _claim(found, sanitize_case_id(case), _target(word), p, f"names ending in {word!r}")
     if unknown:
         raise ToolError(ErrorCode.schema, f"cannot tell the sequence of {len(unknown)} file(s) in {root} "
-                        f"(e.g. {unknown[:3]})", hint="map them: --seq T1=*_t1.nii.gz --seq FLAIR=*_flair.nii.gz",
+                        f"(e.g. {unknown[:3]})", hint="map them: --seq T1=*_t1.nii.gz --seq FLAIR=*_flair.nii.gz, or list them "
+                        "in a mapping file bcer_mapping.csv (case,sequence,path)",
                         file=str(root / unknown[0]))
     return found, {}
 
@@ -145,6 +172,9 @@ def _mapped_files(root: Path, mapping: Mapping[str, str]) -> tuple[dict[str, dic
         if t in targets:
             raise ToolError(ErrorCode.schema, f"--seq maps {t} twice ({targets[t]!r} and {pattern!r})", arg="seq")
         targets[t] = pattern
+    if LABEL not in targets and (implied := _implied_label(root, targets)):
+        log.info("flat: label maps from %r (beside the mapped sequences)", implied)
+        targets[LABEL] = implied
     claimed: dict[Path, str] = {}
     found: dict[str, dict[str, Path]] = {}
     for t, pattern in targets.items():
@@ -157,13 +187,18 @@ def _mapped_files(root: Path, mapping: Mapping[str, str]) -> tuple[dict[str, dic
                 raise ToolError(ErrorCode.schema, f"{p.name} matches both {claimed[p]}={targets[claimed[p]]} and "
                                 f"{t}={pattern}", hint="make the --seq patterns exclusive", file=str(p), arg="seq")
             claimed[p] = t
-            _claim(found, sanitize_case_id("_".join(g for g in m.groups() if g) or p.name), t, p, pattern)
+            _claim(found, _case_from_groups(m.groups(), p), t, p, pattern)
     if not found:
         raise ToolError(ErrorCode.input_missing, f"no file in {root} matches {dict(mapping)}", file=str(root), arg="seq")
     return found, targets
 
 
 # ---- reading ----------------------------------------------------------------------------------
+def _ref(path: Path, kind: str, labels: Mapping[int, str] | None = None) -> SequenceRef:
+    fmt = "itk" if is_itk_file(path) else "nifti"
+    return ref_for(path.resolve(), kind=kind, fmt=fmt, **({"labels": dict(labels)} if labels else {}))
+
+
 def _truth(root: Path, case: str) -> dict[str, Any] | None:
     d = root / TRUTH_DIR / case
     return read_truth(d) if d.is_dir() else None
@@ -181,13 +216,15 @@ def _read_case(root: Path, case: str, files: dict[str, Path], expected: set[str]
     truth = _truth(root, case)
     domain = (truth or {}).get("domain") or domain_of(set(names))
     names = settle_t2(names, domain)
-    sequences = {n: ref_for(p.resolve(), kind="cine" if n == "CINE" else "image") for n, p in sorted(names.items())}
+    sequences = {n: _ref(p, "cine" if n == "CINE" else "image") for n, p in sorted(names.items())}
     gt, metadata = None, {}
     if truth is not None:
         metadata = dict(truth["metadata"])
         gt = {k: truth[k] for k in ("values", "labels", "references")}
     elif LABEL in files:
-        gt = {"values": {}, "labels": {LABEL: ref_for(files[LABEL].resolve(), kind="mask").model_dump(mode="json")},
+        # a seg named like a BraTS 2023+ case keeps that table (ET = 3), so scoring reads it right
+        named = labels_for_name(files[LABEL].name) or labels_for_name(case) or {}
+        gt = {"values": {}, "labels": {LABEL: _ref(files[LABEL], "mask", named).model_dump(mode="json")},
               "references": {}}
     c = Case(id=case, root=str(root.resolve()), domain=domain, sequences=sequences, metadata=metadata,
              ground_truth=gt, layout=NAME)
@@ -205,9 +242,14 @@ def read(root: Path, seq: Mapping[str, str] | None = None) -> list[Case]:
             (ambiguous or unknown names), ``shape`` (grids of one case disagree).
     """
     root = Path(root)
-    if not root.is_dir():
+    mapping = root if is_mapping_file(root) else next((root / n for n in MAPPING_NAMES if (root / n).is_file()), None)
+    if mapping is not None and not seq:
+        root = mapping.parent
+        found, patterns = read_mapping(mapping), {}
+    elif not root.is_dir():
         raise ToolError(ErrorCode.input_missing, f"no such folder: {root}", file=str(root))
-    found, patterns = _mapped_files(root, seq) if seq else _auto_files(root)
+    else:
+        found, patterns = _mapped_files(root, seq) if seq else _auto_files(root)
     if not found:
         raise ToolError(ErrorCode.input_missing, f"no NIfTI files in {root}", file=str(root))
     expected = {t for t in patterns if t != LABEL} if patterns else {n for f in found.values() for n in f} - {LABEL}
