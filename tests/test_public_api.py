@@ -55,7 +55,7 @@ def test_readme_user_tool_runs_in_a_study(ray_local, tmp_path, monkeypatch):
     assert [r["status"] for r in rows] == ["succeeded", "succeeded"], rows
     # the user tool's mask is the head: tens to hundreds of mL on the small brain phantom, never the FOV
     for r in rows:
-        vol = r["measurements"]["stats.volume_ml"]
+        vol = r["measurements"]["stats.foreground.volume_ml"]
         assert 50 < vol < 3000, vol
     with pytest.raises(bcer.ToolError) as e:
         bcer.call_tool("user.otsu_mask", {"image": bcer.Image(np.zeros((8, 8, 8), np.float32), np.eye(4))})

@@ -40,6 +40,7 @@ from .caserepair import CaseRepair
 from .casesubmit import CaseSubmit
 from .context import CaseOutcome, RunContext, error_from_ray
 from .fusion import on_fused_result, submit_fused
+from .outputs import case_records
 from .segments import check_segment_deadlines, in_segment, observe, on_segment_result
 from .placement import loader_options
 from .tokens import parse_token
@@ -170,6 +171,7 @@ class CaseRun(CaseRepair, CaseSubmit):
         self.outcome = CaseOutcome(self.case.id, "failed", err, node_status=dict(self.status),
                                    deliverables=self.deliverable_paths(), repairs=self.repairs,
                                    measurements=dict(self.measurements), workflow=self.wf,
+                                   measurement_rows=case_records(self.written),
                                    sr=0 if self.contract is not None else None,
                                    tcr=0.0 if self.contract is not None else None)
         self.trace.emit("case_finished", error_code=err["code"], message=err["message"], data={"traceback": tb})
@@ -377,6 +379,8 @@ class CaseRun(CaseRepair, CaseSubmit):
         rec = self.records[node.id]
         rec.update(output_digests=meta["output_digests"], duration_s=round(meta["duration_s"], 4),
                    worker=f"{meta['worker']}:{meta['pid']}", input_digests=self._input_digests(node))
+        if meta.get("method_card"):  # which method made this node's numbers (bcer.tools.methods)
+            rec["method"] = meta["method_card"]
         if cache:
             rec["cache"] = {"key": cache["key"], "hit": bool(cache.get("hit")),
                             **({"stored_by": cache["stored_by"]} if cache.get("hit") else {})}

@@ -33,7 +33,7 @@ from .planning import PlanCache, Planner, plan_and_compile
 from .models import release_server, resolve_server
 from .review import release_reviewer, resolve_reviewer
 from .segments import critical_path_s
-from .tables import COHORT_FILE, EVENTS_PARQUET, CohortTables, rows_table
+from .tables import COHORT_FILE, EVENTS_PARQUET, CohortTables, measurements_table, rows_table
 from .trace import TraceWriter
 
 log = logging.getLogger(__name__)
@@ -102,6 +102,12 @@ class CohortResult:
         return rows_table(self.rows)
 
     @property
+    def measurements(self):
+        """pyarrow Table of every case's measurements in long form (``measurements.parquet``:
+        case, deliverable, row, measure, value, text, unit)."""
+        return measurements_table(self.rows)
+
+    @property
     def events(self):
         """pyarrow Table of every event of every case (``events.parquet``)."""
         path = self.out / EVENTS_PARQUET
@@ -162,7 +168,7 @@ def _error_row(case: Case, cfg: CohortConfig, err: ToolError, status: str, t0: f
             "status": status, "sr": 0, "sr_delivered": 0, "tcr": 0.0, "plausibility": [], "error_code": err.code.value,
             "error_message": err.message, "error_node": err.context.get("node"),
             "duration_s": round(time.time() - t0, 3), "repairs": 0, "planner": cfg.planner.name,
-            "deliverables": {}, "measurements": {}}
+            "deliverables": {}, "measurements": {}, "measurement_rows": []}
 
 
 def _outcome_row(case: Case, cfg: CohortConfig, outcome: Any, revisions: int, t0: float) -> dict[str, Any]:
@@ -177,7 +183,7 @@ def _outcome_row(case: Case, cfg: CohortConfig, outcome: Any, revisions: int, t0
             "planner": cfg.planner.name, "cache_hits": outcome.cache_hits,
             "deliverables": {k: str(Path(v).relative_to(cfg.out)) if Path(v).is_absolute() else str(v)
                              for k, v in outcome.deliverables.items()},
-            "measurements": outcome.measurements}
+            "measurements": outcome.measurements, "measurement_rows": outcome.measurement_rows}
 
 
 def _resumed_row(case: Case, cfg: CohortConfig) -> dict[str, Any] | None:

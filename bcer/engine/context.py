@@ -69,6 +69,8 @@ class CaseOutcome:
     node_status: dict[str, str] = field(default_factory=dict)
     milestones_done: list[str] = field(default_factory=list)
     measurements: dict[str, Any] = field(default_factory=dict)
+    # every scalar in long form (outputs.measurement_records), for ``measurements.parquet``
+    measurement_rows: list[dict[str, Any]] = field(default_factory=list)
     duration_s: float = 0.0
     repairs: int = 0
     sr: int | None = None

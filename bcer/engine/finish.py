@@ -85,7 +85,7 @@ def finish_case(run: Any, outcome_cls: type) -> Any:
     outcome = outcome_cls(
         case_id=run.case.id, status=status, error=run.error, deliverables=run.deliverable_paths(),
         node_status=dict(run.status), milestones_done=list(run.milestones), measurements=dict(run.measurements),
-        repairs=run.repairs, sr=sr, tcr=tcr, validations=checks, workflow=run.wf,
+        measurement_rows=out.case_records(run.written), repairs=run.repairs, sr=sr, tcr=tcr, validations=checks, workflow=run.wf,
         sr_delivered=sr_delivered, plausibility=[r.to_dict() for r in plaus])
     if getattr(run.ctx, "reviewer", None) is not None:  # R4 curation seam (engine/review.py), after validation
         from .review import curate_in_run

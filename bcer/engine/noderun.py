@@ -285,10 +285,11 @@ def _write_deliverables(spec: dict[str, Any], outputs: dict[str, Any],
         art = outputs[w["field"]]
         name = w["file"] if Path(w["file"]).suffix else out.default_file(w["file"], kind_of(art))
         files = out.write_artifact(art, box.check_write(Path(spec["output_dir"]) / name))
+        records = out.measurement_records(w["name"], art)
         written[w["name"]] = {"node": spec["node"], "field": w["field"], "files": [str(f) for f in files],
                               "file_digests": {f.name: file_digest(f) for f in files},
-                              "artifact_digest": digests.get(w["field"])}
-        measurements.update(out.measurements_of(w["name"], art))
+                              "artifact_digest": digests.get(w["field"]), "records": records}
+        measurements.update(out.wide_measurements(records))
     if spec.get("intermediates"):
         for f, art in outputs.items():
             target = Path(spec["output_dir"]) / "intermediates" / out.default_file(f"{spec['node']}_{f}", kind_of(art))
@@ -327,6 +328,7 @@ def _execute(spec: dict[str, Any], values: tuple[Any, ...], deps: tuple[dict[str
         run_s = time.time() - t0  # the tool's (or cache's) own time, without the writes below
         for f, art in outputs.items():  # every output names where it came from (report evidence ids, audit)
             _stamp_origin(art, spec.get("node"), f, spec["tool"])
+        method = _stamp_method(spec, values, outputs)
         phase = "write"
         written, measurements = _write_deliverables(spec, outputs, digests)
     except _NodeTimeout:
@@ -346,7 +348,18 @@ def _execute(spec: dict[str, Any], values: tuple[Any, ...], deps: tuple[dict[str
                         traceback=traceback.format_exc()[-_TRACEBACK_CHARS:])
         return None, _failure(t0, device, err, phase)
     return outputs, _meta(t0, device, ok=True, error=None, output_digests=digests, cache=cache,
-                          written=written, measurements=measurements, run_s=run_s)
+                          written=written, measurements=measurements, run_s=run_s, method_card=method)
+
+
+def _stamp_method(spec: dict[str, Any], values: tuple[Any, ...], outputs: dict[str, Any]) -> dict[str, Any]:
+    """The node's method card (provenance), and ``meta["lineage"]`` on its outputs (reports)."""
+    from ..tools.methods import card_of, reads_of, stamp_lineage
+
+    inputs = {port: _pluck(v, tuple(path)) for (port, path), v in zip(spec["ports"], values)}
+    card = card_of(get_tool(spec["tool"]).spec.method, spec["tool"], spec["version"], outputs)
+    stamp_lineage(outputs, inputs, spec.get("node"), spec["tool"], spec["version"], card,
+                  reads_of(spec["ports"], spec.get("sources", [])), spec.get("case"))
+    return card
 
 
 def run_node(spec: dict[str, Any], *args: Any) -> tuple[Any, ...]:

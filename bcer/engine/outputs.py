@@ -83,27 +83,92 @@ def write_artifact(artifact: Any, path: str | Path) -> list[Path]:
                         file=str(path)) from e
 
 
-def measurements_of(name: str, artifact: Any, limit: int = 64) -> dict[str, Any]:
-    """Small scalars for the cohort row: a table's numeric cells, a classification's label.
+# columns that name a table's row, most specific first: a row is keyed by what it is (a tumour
+# compartment, a chamber, a lesion), never by its position, which shifts when a row is absent
+ROW_KEYS = ("roi", "chamber", "structure", "compartment", "region", "lesion", "name", "id", "label")
 
-    One-row tables give ``<name>.<column>``; multi-row tables key rows by their
-    ``label``/``name``/``region`` column (else the row index).
+
+def _row_key(row: dict[str, Any]) -> tuple[str, str] | None:
+    """``(key column, row name)`` of a table row, or None when no column names it."""
+    for col in ROW_KEYS:
+        v = row.get(col)
+        if isinstance(v, str) and v.strip():
+            return col, v.strip()
+        if col == "label" and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+            return col, f"label_{int(v)}"
+    return None
+
+
+def _record(deliverable: str, row: str | None, index: int | None, measure: str, value: Any,
+            unit: str) -> dict[str, Any] | None:
+    value = to_jsonable(value)
+    base = {"deliverable": deliverable, "row": row, "row_index": index, "measure": measure, "unit": unit,
+            "raw": value}  # ``raw``: the value as the wide row shows it (a bool stays a bool)
+    if isinstance(value, (bool, int, float)):
+        return dict(base, value=float(value), text=None)
+    if isinstance(value, str):
+        return dict(base, value=None, text=value)
+    return None  # lists, dicts: in the deliverable file, not in a cell
+
+
+def measurement_records(name: str, artifact: Any) -> list[dict[str, Any]]:
+    """Every scalar of a deliverable in long form, one record per (row, measure):
+    ``deliverable, row, row_index, measure, value, text, unit`` (``measurements.parquet``; the
+    ``raw`` value is kept for the wide row and not written to that table).
+
+    ``row`` is the row's name (its ``roi``/``chamber``/.../``label`` column; a finding's id), or
+    None for a one-row table, a classification or a value; ``row_index`` is the position in the
+    deliverable, kept for tables whose rows have no name. Numbers (and booleans, as 0/1) go to
+    ``value``, words to ``text``.
     """
-    kind, out = kind_of(artifact), {}
+    kind, recs = kind_of(artifact), []
     if kind == ArtifactKind.classification:
-        out[f"{name}.label"] = artifact.label
-        out.update({f"{name}.score.{k}": float(v) for k, v in artifact.scores.items()})
+        recs.append(_record(name, None, None, "label", artifact.label, ""))
+        recs += [_record(name, None, None, f"score.{k}", float(v), "") for k, v in artifact.scores.items()]
     elif kind == ArtifactKind.table:
+        many = len(artifact.rows) > 1
         for i, row in enumerate(artifact.rows):
-            key = next((str(row[c]) for c in ("label", "name", "region") if c in row), str(i))
-            prefix = name if len(artifact.rows) == 1 else f"{name}.{key}"
+            key = _row_key(row)
+            label = key[1] if key else None
             for col, v in row.items():
-                v = to_jsonable(v)
-                if isinstance(v, (int, float, bool, str)) and col not in ("label", "name", "region"):
-                    out[f"{prefix}.{col}"] = v
+                if key is not None and col == key[0]:
+                    continue
+                recs.append(_record(name, label, i if many or key else None, col, v, artifact.units.get(col, "")))
+    elif kind == ArtifactKind.findings:
+        recs.append(_record(name, None, None, "count", len(artifact.items), "findings"))
+        for i, f in enumerate(artifact.items):
+            recs.append(_record(name, f.id, i, "volume_ml", f.volume_ml, "mL"))
+            recs += [_record(name, f.id, i, col, v, "") for col, v in
+                     (("label", f.label), ("side", f.side), ("zone", f.zone)) if v]
+            recs += [_record(name, f.id, i, k, v, "") for k, v in f.attributes.items()]
     elif kind == ArtifactKind.value and isinstance(artifact, (int, float, str, bool)):
-        out[name] = artifact
-    return dict(list(out.items())[:limit])
+        recs.append(_record(name, None, None, "value", artifact, ""))
+    return [r for r in recs if r is not None]
+
+
+def wide_measurements(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cohort row's ``measurements``: ``<deliverable>.<row>.<measure>`` for named rows,
+    ``<deliverable>.<measure>`` for one-row tables, classifications and values. Rows of a
+    multi-row table without a name column are only in the long form (a column keyed by position
+    would mean another thing in each case)."""
+    out: dict[str, Any] = {}
+    for r in records:
+        if r["row"] is None and r["row_index"] is not None:
+            continue
+        key = f"{r['deliverable']}.{r['row']}.{r['measure']}" if r["row"] is not None else \
+            f"{r['deliverable']}.{r['measure']}" if r["measure"] != "value" else r["deliverable"]
+        out[key] = r["raw"]
+    return out
+
+
+def case_records(written: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The long-form records of a case's written deliverables (as the workers made them)."""
+    return [{k: v for k, v in r.items() if k != "raw"} for w in written.values() for r in w.get("records", ())]
+
+
+def measurements_of(name: str, artifact: Any) -> dict[str, Any]:
+    """Small scalars for the cohort row (see :func:`wide_measurements`), complete: nothing cut."""
+    return wide_measurements(measurement_records(name, artifact))
 
 
 def audit_json(obj: Any) -> bytes:
@@ -196,5 +261,6 @@ def write_done(case_dir: str | Path, info: dict[str, Any]) -> Path:
     return write_audit(info, Path(case_dir) / DONE_FILE)
 
 
-__all__ = ["DONE_FILE", "audit_json", "build_provenance", "write_audit", "default_file", "measurements_of", "write_artifact",
-           "write_done", "write_plan", "write_provenance", "write_workflow"]
+__all__ = ["DONE_FILE", "ROW_KEYS", "audit_json", "build_provenance", "default_file", "measurement_records",
+           "measurements_of", "wide_measurements", "write_artifact", "write_audit", "write_done", "write_plan",
+           "write_provenance", "write_workflow"]

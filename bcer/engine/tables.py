@@ -7,6 +7,9 @@ on Ctrl-C) the parts are consolidated:
 
 - ``cohort.parquet``: one row per case of this invocation (the runner holds those rows; resumed
   cases' rows come from their ``result.json``).
+- ``measurements.parquet``: every scalar of every case's deliverables in long form, one row per
+  (case, deliverable, row, measure): see :data:`MEASUREMENT_COLUMNS` (``cohort.parquet``'s
+  ``m_*`` columns are its wide view).
 - ``events.parquet``: every event of every case folder's ``events.jsonl`` (all runs), as before:
   for each case the newest source wins: a part of this or a killed earlier run (a part holds
   the case's whole ``events.jsonl`` as of its end), else the previous ``events.parquet``,
@@ -27,12 +30,27 @@ log = logging.getLogger(__name__)
 PARTS = ".bcer_parts"
 COHORT_FILE = "cohort.parquet"
 EVENTS_PARQUET = "events.parquet"
+MEASUREMENTS_FILE = "measurements.parquet"
+# column -> (arrow type name, meaning); docs/outputs and the tests read this one definition
+MEASUREMENT_COLUMNS: dict[str, tuple[str, str]] = {
+    "case": ("string", "case id"),
+    "task": ("string", "task contract id (null for a custom plan)"),
+    "deliverable": ("string", "deliverable name in the task contract (the file it was read from)"),
+    "row": ("string", "the row's name (tumour compartment, chamber, zone, lesion id...); null for one-row "
+                      "tables, classifications and values"),
+    "row_index": ("int64", "the row's position in the deliverable (null for one-row tables)"),
+    "measure": ("string", "column of the deliverable (volume_ml, mean, lv_ef_pct, label, score.<class>...)"),
+    "value": ("float64", "the number (booleans as 0/1); null when the measure is a word"),
+    "text": ("string", "the word (a side, a zone, a class label); null when the measure is a number"),
+    "unit": ("string", "unit of the value as the tool declared it ('' when unitless)"),
+}
 FLUSH_EVERY_S = 5.0  # a part at least this often while cases finish
 
 
 def flat_row(row: dict[str, Any]) -> dict[str, Any]:
     """A cohort row with nested fields flattened (``deliverables`` as JSON, ``m_<measurement>``)."""
-    flat = {k: v for k, v in row.items() if k not in ("measurements", "deliverables", "plausibility")}
+    flat = {k: v for k, v in row.items() if k not in ("measurements", "measurement_rows", "deliverables",
+                                                       "plausibility")}
     flat["deliverables"] = json.dumps(row.get("deliverables", {}))
     flat["plausibility"] = json.dumps(row.get("plausibility", []), default=str)  # mixed value types: JSON text
     for k, v in (row.get("measurements") or {}).items():
@@ -58,6 +76,16 @@ def rows_table(rows: Iterable[dict[str, Any]]):
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             columns[name] = pa.array([None if v is None else json.dumps(v, default=str) for v in values])
     return pa.table(columns) if columns else pa.table({})
+
+
+def measurements_table(rows: Iterable[dict[str, Any]]):
+    """The long-form table of every case's measurements (:data:`MEASUREMENT_COLUMNS`)."""
+    import pyarrow as pa
+
+    schema = pa.schema([(name, getattr(pa, kind)()) for name, (kind, _) in MEASUREMENT_COLUMNS.items()])
+    records = [dict({k: m.get(k) for k in MEASUREMENT_COLUMNS}, case=r["case"], task=r.get("task"))
+               for r in rows for m in (r.get("measurement_rows") or ())]
+    return pa.Table.from_pylist(records, schema=schema)
 
 
 def _write_atomic(table, path: Path) -> None:
@@ -124,6 +152,7 @@ class CohortTables:
         """
         self.flush()
         _write_atomic(rows_table(rows), self.out / COHORT_FILE)
+        _write_atomic(measurements_table(rows), self.out / MEASUREMENTS_FILE)
         self._consolidate_events(set(case_ids))
         for p in sorted(self.parts.glob("*.parquet")) if self.parts.exists() else ():
             p.unlink(missing_ok=True)
@@ -178,4 +207,5 @@ class CohortTables:
         os.replace(tmp, old)
 
 
-__all__ = ["COHORT_FILE", "CohortTables", "EVENTS_PARQUET", "PARTS", "flat_row", "rows_table"]
+__all__ = ["COHORT_FILE", "CohortTables", "EVENTS_PARQUET", "MEASUREMENTS_FILE", "MEASUREMENT_COLUMNS", "PARTS",
+           "flat_row", "measurements_table", "rows_table"]

@@ -77,7 +77,7 @@ def test_deterministic_plan_is_reused_and_traced_per_case(ray_local, tmp_path):
         assert next(e for e in evs if e.kind == "planned").data["reused"] is (i > 0)
         wf = json.loads((tmp_path / "out" / row["case"] / "workflow.json").read_text())
         assert wf["case_id"] == row["case"]  # the shared plan is recorded as this case's own
-        assert row["measurements"]["b.mean"] == pytest.approx(i + 1.0)
+        assert row["measurements"]["b.all.mean"] == pytest.approx(i + 1.0)
         assert (tmp_path / "out" / row["case"] / "_DONE").exists()
 
 

@@ -141,7 +141,7 @@ def test_eight_cases_run_as_parallel_ray_tasks(ray_local, tmp_path, reflector):
     assert max(s for s, _ in spans) < min(e for _, e in spans)  # all 8 cases were in flight together
     for i, o in enumerate(outs):  # each case measured its own data: mean = mean(x) + 3
         want = float(np.mean(case_data(cases[i]))) + 3.0
-        assert o.measurements["d.mean"] == pytest.approx(want, rel=1e-6)
+        assert o.measurements["d.all.mean"] == pytest.approx(want, rel=1e-6)
 
 
 def test_consumer_receives_only_its_field(ray_local, tmp_path, reflector):
@@ -189,7 +189,7 @@ def test_middle_node_failure_repaired_by_tier1_only_it_reruns(ray_local, tmp_pat
     assert all(e.patch["tier"] == 1 for e in repaired) and outcome.repairs == 2
     assert outcome.workflow.node("n3").params["window"] == 10
     want = float(np.mean((case_data(case) + 2) * 2 + 1))  # n1,n2 +1 each; n3 x2; n4 +1
-    assert outcome.measurements["n5.mean"] == pytest.approx(want, rel=1e-6)
+    assert outcome.measurements["n5.all.mean"] == pytest.approx(want, rel=1e-6)
 
 
 def test_misspelt_field_token_is_repaired_before_submission(ray_local, tmp_path, reflector):
@@ -207,7 +207,7 @@ def test_misspelt_field_token_is_repaired_before_submission(ray_local, tmp_path,
     first = next(e for e in evs if e.kind == "failed")
     assert (first.node, first.error_code) == ("m", "bad_reference")
     assert next(e for e in evs if e.kind == "repaired").patch["inputs"] == {"img": "@node.a.image"}
-    assert outcome.measurements["m.mean"] == pytest.approx(float(np.mean(case_data(case))) + 1)
+    assert outcome.measurements["m.all.mean"] == pytest.approx(float(np.mean(case_data(case))) + 1)
 
 
 def test_sigkilled_worker_is_retried_with_same_deliverables(ray_local, tmp_path, reflector):
@@ -312,7 +312,7 @@ def test_deliverables_provenance_trace_and_done(ray_local, tmp_path, reflector):
     assert {p.name for p in out.iterdir()} >= {"stepped.nii.gz", "volumes.json", "volumes.csv", "grade.json",
                                                 "workflow.json", "provenance.json", "events.jsonl", "_DONE"}
     assert outcome.measurements["grade.label"] == "high"
-    assert outcome.measurements["volumes.mean"] == pytest.approx(float(np.mean(case_data(case))) + 2)
+    assert outcome.measurements["volumes.all.mean"] == pytest.approx(float(np.mean(case_data(case))) + 2)
     prov = json.loads((out / "provenance.json").read_text())["deliverables"]
     from bcer.engine.digest import file_digest
 
