@@ -49,7 +49,8 @@ def _truth_ref(case: Case, part: str, name: str) -> Any:
     from ..tools.io import load_sequence
 
     refs = (case.ground_truth or {}).get(part, {})
-    key = next((k for k in refs if k == name or canonical_sequence(k) == canonical_sequence(name)), None)
+    canon = canonical_sequence(name)  # label names ("gland", "lesions") are no sequences: exact match only
+    key = next((k for k in refs if k == name or (canon is not None and canonical_sequence(k) == canon)), None)
     return None if key is None else load_sequence(SequenceRef.model_validate(refs[key]))
 
 
