@@ -15,6 +15,7 @@ from bcer.datasets.brain import make_brain
 from bcer.datasets.cardiac import make_cardiac
 from bcer.datasets.prostate import make_prostate
 from bcer.tools.registry import call_tool
+from bcer.tools.reporting.header import strip_metadata
 
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
@@ -46,11 +47,25 @@ def _resolve(art: Any, key: str) -> float:
     raise AssertionError(f"cannot resolve {key} in {type(art).__name__}")
 
 
+def footnote_ids(text: str) -> list[str]:
+    """The evidence id behind each footnote marker of the prose, in order (definitions resolved)."""
+    defs = dict(re.findall(r"^\[\^(\d+)\]: `(.+?)`$", text, re.M))
+    body = re.sub(r"^\[\^\d+\]: .*$", "", text, flags=re.M)
+    return [defs[n] for n in re.findall(r"\[\^(\d+)\]", body)]
+
+
+def prose(report: Report) -> str:
+    """The drafted sentences with their inline evidence links (the Markdown has footnotes)."""
+    return "\n".join(report.structured["findings"] + report.structured["impression"])
+
+
 def check_numbers(report: Report, sources: dict[tuple[str, str], Any]) -> None:
-    text = re.sub(r"`[^`]*`", "", report.text)  # ids, names and labels live in code spans
+    prose = strip_metadata(report.text)  # the header and the evidence footnotes are metadata
+    text = re.sub(r"`[^`]*`|\[\^\d+\]", "", prose)  # ids, names and labels live in code spans
     tokens = NUMBER.findall(text)
     assert len(tokens) == len(report.evidence) > 0
-    ids = [i for i in re.findall(r"`\[(.+?)\]`", report.text) if not i.endswith(".box_voxel")]  # box links
+    assert not re.search(r"`\[[^^]", prose)  # no path after a number: footnotes
+    ids = [i for i in footnote_ids(report.text) if not i.endswith(".box_voxel")]  # box links
     assert ids == [e["id"] for e in report.evidence]
     for token, ev in zip(tokens, report.evidence):
         assert float(token) == ev["value"], ev
@@ -167,7 +182,7 @@ def test_cardiac_report_states_phases_within_the_noise() -> None:
     efs = [100 * (lv[row["ed_frame"]] - lv[es]) / lv[row["ed_frame"]] for es in (row["es_frame"], 11)]
     assert (row["lv_ef_min_pct"], row["lv_ef_max_pct"]) == pytest.approx((min(efs), max(efs)), rel=1e-9)
     assert row["lv_ef_min_pct"] <= row["lv_ef_pct"] <= row["lv_ef_max_pct"]
-    assert "does not clearly separate end-systole from frame 11 `[function.function.es_alternative]`" in rep.text
+    assert "does not clearly separate end-systole from frame 11 `[function.function.es_alternative]`" in prose(rep)
     check_numbers(rep, {("function", "function"): fn, ("acdc", "classification"): cls})
     ev = build_evidence(measurements=fn, classification=cls)
     assert ev.concepts["ambiguous cardiac phase"].present
@@ -189,7 +204,7 @@ def test_cardiac_report_is_silent_on_clear_or_given_phases() -> None:
     _, phases, fn, _, rep = _randomised_chain(6000)  # margins of several noise SDs
     assert phases["ed_es_ambiguous"] is False and fn.rows[0]["ed_es_ambiguous"] is False
     assert not any(k in fn.rows[0] for k in ("lv_ef_min_pct", "ed_alternative", "es_alternative"))
-    assert "End-diastole is frame 3 `[function.function.ed_frame]`" in rep.text
+    assert "End-diastole is frame 3 `[function.function.ed_frame]`" in prose(rep)
     assert "does not clearly separate" not in rep.text
     _, phases, fn, _, rep = _randomised_chain(6031, ed_frame=6)  # metadata frames: not the curve's choice
     assert phases["source"] == "metadata" and "ed_es_confidence" not in fn.rows[0]

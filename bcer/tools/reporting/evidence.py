@@ -71,6 +71,7 @@ class Evidence:
     label_id: str = ""
     rules: list[dict[str, Any]] = field(default_factory=list)
     tables: list[tuple[str, Table, dict[str, str]]] = field(default_factory=list)
+    sources: list[Any] = field(default_factory=list)  # the input artifacts (their lineage opens the report)
 
     # ---- lookups ---------------------------------------------------------------------------
     def fact(self, entity: str, name: str) -> Fact | None:
@@ -287,7 +288,7 @@ def build_evidence(measurements: Table | None = None, features: Table | None = N
     """The Evidence of a report's inputs (the same inputs ``report.structured`` takes)."""
     tables = distinct_tables([("measurements", measurements), ("features", features)])
     dom = _domain([t for _, t in tables], classification, findings, domain)
-    ev = Evidence(dom)
+    ev = Evidence(dom, sources=[a for a in (measurements, features, classification, findings) if a is not None])
     for port, t in tables:
         origin = origin_of(t, port)
         ev.tables.append((port, t, origin))

@@ -1,11 +1,16 @@
 """A draft and its evidence as the report deliverable: Markdown text, structured JSON, and the
 evidence list (one entry per number in the text, in order, resolved to its node and field).
 
-Text layout: title, Findings (prose), Impression (numbered), then the appendices a researcher
-audits: Measurements (each input table once), Lesion boxes, Decision rules. Every number is
-followed by its evidence link ``[node.field.key]`` in a code span; everything else that holds
-digits (ROI names, lesion ids, labels, boxes) is in code spans, so an auditor can strip code
-spans and match every remaining number, in order, to ``Report.evidence``.
+Text layout: title, About this report (case, series, methods, flags, version, date and the
+research-use line: :mod:`.header`), Findings (prose), Impression (bulleted), then the
+appendices a researcher audits: Measurements (each input table once), Lesion boxes, Decision
+rules, and Evidence last. Drafts write every number followed by its evidence link
+``[node.field.key]`` in a code span; the Markdown text turns each link into a footnote marker
+``[^n]`` defined in the Evidence section (``Report.evidence`` and the structured sentences keep
+the links). Everything else that holds digits (ROI names, lesion ids, labels, boxes, the
+header's values) is in code spans, so an auditor can drop the metadata sections
+(:func:`.header.strip_metadata`), footnote markers and code spans, and match every remaining
+number, in order, to ``Report.evidence``.
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import math
 from typing import Any
 
 from .evidence import Evidence
+from .header import METADATA_KEYS, evidence_lines, footnoted, header_lines, header_of
 from .lexicon import CODE, LINK, LINKED_NUMBER
 from .prose import Draft, num, unit_text
 
@@ -116,7 +122,8 @@ def render_report(ev: Evidence, draft: Draft, title: str = "", decimals: int = 1
                   meta: dict[str, Any] | None = None) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
     """(Markdown text, structured dict, evidence list) of a draft."""
     title = title or TITLES.get(ev.domain, TITLES["general"])
-    lines = [f"# {title}", "", "## Findings", *draft.findings, "", "## Impression"]
+    header = header_of(ev.sources)
+    lines = [f"# {title}", "", *header_lines(header), "", "## Findings", *draft.findings, "", "## Impression"]
     lines += [f"- {s}" for s in draft.impression]  # bullets: a list number would be an unlinked digit
     table_lines, sections = _table_lines(ev, decimals)
     if table_lines:
@@ -130,15 +137,19 @@ def render_report(ev: Evidence, draft: Draft, title: str = "", decimals: int = 1
     rules = _rule_lines(ev, decimals)
     if rules:
         lines += ["", "## Decision rules", f"- conclusion: `{ev.label}`", *rules]
-    text = "\n".join(lines) + "\n"
-    structured = {"title": title, "domain": ev.domain, "findings": list(draft.findings),
+    linked = "\n".join(lines) + "\n"
+    text, refs = footnoted(linked)
+    text += "\n" + "\n".join(evidence_lines(refs)) + "\n" if refs else ""
+    structured = {"header": header, "evidence_table": refs, "metadata_keys": list(METADATA_KEYS),
+                  "title": title, "domain": ev.domain, "findings": list(draft.findings),
                   "impression": list(draft.impression), "label": ev.label, "label_evidence": ev.label_id,
                   "boxes": [b.model_dump() for b in draft.boxes], "plan": list(draft.plan), "source": draft.source,
                   "profile": ev.profile(), "sections": sections, "side": ev.side if ev.domain == "brain" else "",
                   "lesions": [{"id": e.id, "side": e.side, "zone": e.zone, "category": e.category,
                                "box_voxel": e.box_voxel, "box_world": e.box_world} for e in ev.lesions()],
                   **(meta or {})}
-    return text, structured, evidence_list(CODE.sub(lambda m: m.group(0) if m.group(0).startswith("`[") else "``", text), ev)
+    keep_links = CODE.sub(lambda m: m.group(0) if m.group(0).startswith("`[") else "``", linked)
+    return text, structured, evidence_list(keep_links, ev)
 
 
 __all__ = ["TITLES", "cited_ids", "evidence_list", "render_report", "unit_text"]
