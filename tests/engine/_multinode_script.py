@@ -37,23 +37,45 @@ def main(out: Path) -> dict:
         cases.append(Case(id=f"c{i}", root=str(d), sequences={"T1": SequenceRef(path=str(p))}))
     plan = PlanSketch(goal="slow steps", steps=[
         {"id": "a", "tool": "xtoy.step_1cpu", "args": {"img": "@seq.T1", "sleep_s": 1.5}},
-        {"id": "b", "tool": "xtoy.step_1cpu", "args": {"img": "@node.a.image", "sleep_s": 1.5}}])
+        {"id": "b", "tool": "xtoy.step_1cpu", "args": {"img": "@node.a.image", "sleep_s": 1.5,
+                                                       "hold_file": "HOLD_b"}}])
     contract = TaskContract(id="mn", domain="any", goal="g", inputs=["T1"], milestones=["stepped"],
                             deliverables=[DeliverableSpec(name="out", kind="image", milestone="stepped",
                                                           file="out.nii.gz",
                                                           validators=[Validator(type="nifti_nonempty")])])
     killed = {}
 
-    def kill_later() -> None:
-        time.sleep(2.5)
+    holds = [Path(c.root) / "HOLD_b" for c in cases]  # every case waits at node b until the node is gone
+    for h in holds:
+        h.touch()
+
+    def a_finished() -> bool:
+        for f in (out / "out").glob("*/events.jsonl"):
+            for line in f.read_text().splitlines():
+                try:
+                    e = json.loads(line)
+                except ValueError:  # a line being written
+                    continue
+                if e.get("kind") == "succeeded" and e.get("node") == "a":
+                    return True
+        return False
+
+    def kill_mid_run() -> None:
+        """Remove a worker node once a node a has finished: the cohort is then surely mid-run
+        (every node b is held until the removal), however slow the machine."""
+        deadline = time.monotonic() + 200
+        while not a_finished() and time.monotonic() < deadline:
+            time.sleep(0.05)
         killed["node"] = workers[0].node_id
         cluster.remove_node(workers[0])
+        for h in holds:
+            h.unlink()
 
     from bcer.engine.cluster import ensure_ray
 
     resources = ensure_ray(cluster.address)
     assert resources.get("CPU") == 3.0, resources
-    threading.Thread(target=kill_later, daemon=True).start()
+    threading.Thread(target=kill_mid_run, daemon=True).start()
     # the driver joins the existing cluster by address, as `bcer cohort --address HOST:PORT` does
     result = run_cohort(cases, CohortConfig(out=out / "out", planner=StaticPlanner(plan), contract=contract,
                                             max_in_flight=4, address=cluster.address))
