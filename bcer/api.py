@@ -124,6 +124,10 @@ class Study:
         reflector: ``"tier1"`` or ``"tier1,llm"`` (an LLM repair tier behind tier 1); the run's
             Reflector pool is built with those tiers (unless ``repairer`` is given).
         gpu_concurrency: at most K nodes per GPU at once (whole-GPU requests become 1/K).
+        case_ids: run only these case ids (an unknown id is an error that lists the near ones).
+        exclude: skip these case ids.
+        params: ``{tool: {param: value}}`` set on every step of that tool (``--set``), checked
+            against the tool's params model before anything runs; recorded in provenance.
         model_actors: serve the ``bundles`` tools from one model actor per GPU (each loads its
             bundle once); on a cluster without GPUs they run as tasks on their CPU path.
     """
@@ -153,10 +157,15 @@ class Study:
     reflector: str = "tier1"
     gpu_concurrency: int | None = None
     model_actors: bool = False
+    case_ids: tuple[str, ...] | list[str] | None = None
+    exclude: tuple[str, ...] | list[str] | None = None
+    params: dict[str, dict[str, Any]] | None = None
 
     def cases(self) -> list[Case]:
+        """The cases to run: ``case_ids`` (in their order), less ``exclude``, then ``limit``."""
         cases = (list(self.data) if isinstance(self.data, (list, tuple))
                  else load_cases(self.data, self.layout, self.seq))
+        cases = select_cases(cases, self.case_ids, self.exclude)
         return cases[: self.limit] if self.limit else cases
 
     def config(self, planner: Any = None):
@@ -172,7 +181,12 @@ class Study:
         bundles = resolve_bundles(self.bundles, self.model_dirs)
         if planner is None and not isinstance(self.planner, str):
             planner = self.planner
-        return CohortConfig(out=Path(self.out), planner=make_planner(self.plan, planner, bundles),
+        chosen = make_planner(self.plan, planner, bundles)
+        if self.params:
+            from .overrides import ParamSetter, check_params
+
+            chosen = ParamSetter(chosen, check_params(self.params))
+        return CohortConfig(out=Path(self.out), planner=chosen,
                             contract=contract, goal=self.goal, max_in_flight=self.max_in_flight,
                             address=self.address, seed=self.seed,
                             model_dirs=bundle_read_roots(bundles, self.model_dirs),
@@ -188,19 +202,68 @@ class Study:
 
         return bundle_server_factory(bundles, self.gpu_concurrency)
 
-    def run(self, on_case_done: Callable[[dict], None] | None = None, hooks: Iterable = ()):
-        """Run every case; returns a CohortResult (``.cases`` and ``.events`` are pyarrow Tables)."""
+    def run(self, on_case_done: Callable[[dict], None] | None = None, hooks: Iterable = (),
+            progress: bool = False, console: Any = None):
+        """Run every case.
+
+        Args:
+            on_case_done: called with each case's row as it finishes.
+            hooks: executor hooks (``bcer.engine.trace``).
+            progress: draw a progress bar with the running nodes of each case in flight (rich:
+                a terminal or a notebook); ``on_case_done`` and ``hooks`` still see every case.
+            console: the ``rich.console.Console`` to draw on (default: a new one).
+
+        Returns:
+            A CohortResult (``.rows``; ``.cases`` and ``.events`` are pyarrow Tables).
+        """
         from .engine.cohort import run_cohort
 
+        cases = self.cases()
         with _controller(self.planner, self.llm, self.reflector, self.llm_record, self.address) as ctl:
             cfg = self.config(ctl.planner)
             own = self.repairer is None
             cfg.repairer = make_repairer(cfg.run_id, ctl.tiers) if own else self.repairer
             try:
-                return run_cohort(self.cases(), cfg, on_case_done=on_case_done, hooks=hooks)
+                if not progress:
+                    return run_cohort(cases, cfg, on_case_done=on_case_done, hooks=hooks)
+                from .progress import run_with_progress
+
+                user_done, user_hooks = on_case_done, list(hooks)
+
+                def go(on_case_done: Callable, hooks: list):
+                    return run_cohort(cases, cfg, on_case_done=_both(on_case_done, user_done),
+                                      hooks=[*hooks, *user_hooks])
+                return run_with_progress(go, len(cases), self.address, console)
             finally:
                 if own:
                     cfg.repairer.close()
+
+
+def _both(first: Callable, second: Callable | None) -> Callable:
+    def call(row: dict) -> None:
+        first(row)
+        if second is not None:
+            second(row)
+    return call
+
+
+def select_cases(cases: list[Case], case_ids: Iterable[str] | None = None,
+                 exclude: Iterable[str] | None = None) -> list[Case]:
+    """``case_ids`` in the order given (all cases when None), less ``exclude``.
+
+    Raises:
+        ToolError: ``input_missing`` for an id the dataset does not hold (near ids in the hint).
+    """
+    from .contracts.errors import did_you_mean
+
+    by_id = {c.id: c for c in cases}
+    for cid in [*(case_ids or ()), *(exclude or ())]:
+        if cid not in by_id:
+            raise ToolError(ErrorCode.input_missing, f"no case {cid!r} in the dataset ({len(cases)} cases)",
+                            hint=did_you_mean(cid, by_id) or "`bcer data inspect` lists the case ids", case=cid)
+    chosen = [by_id[c] for c in dict.fromkeys(case_ids)] if case_ids else list(cases)
+    drop = set(exclude or ())
+    return [c for c in chosen if c.id not in drop]
 
 
 def _controller(planner: Any, llm: Any, reflector: str, llm_record: str | Path | None, address: str | None):
@@ -220,26 +283,77 @@ def run_case(case: Case | str | Path, *, task: str | TaskContract | None = None,
              model_dirs: tuple[str, ...] = (), seq: dict[str, str] | None = None, r4: bool | str = True,
              memory: str | Path | None = None, planner: Any = None, llm: Any = None,
              llm_record: str | Path | None = None, reflector: str = "tier1", cache: str | Path | None = None,
-             node_timeout_s: float | None = None) -> dict[str, Any]:
-    """Run one case; returns its row (status, sr, tcr, deliverables, measurements, error).
-    The keyword arguments are as for :class:`Study`."""
+             node_timeout_s: float | None = None, params: dict[str, dict[str, Any]] | None = None,
+             gpu_concurrency: int | None = None, progress: bool = False) -> "CaseResult":
+    """Run one case. The keyword arguments are as for :class:`Study` and ``Study.run``.
+
+    Returns:
+        A :class:`CaseResult` (``.status``, ``.row``, ``.cases``/``.events`` tables,
+        ``.to_dict()`` for the row as a plain dict).
+    """
     cases = [case] if isinstance(case, Case) else load_cases(case, layout, seq)
     if len(cases) != 1:
         raise ToolError(ErrorCode.schema, f"{case} holds {len(cases)} cases; use Study for a cohort")
     result = Study(cases, task=task, goal=goal, plan=plan, out=out, address=address, max_in_flight=1,
                    bundles=bundles, model_dirs=model_dirs, r4=r4, memory=memory,
                    planner=planner, llm=llm, llm_record=llm_record, reflector=reflector,
-                   cache=cache, node_timeout_s=node_timeout_s).run()
-    return result.rows[0]
+                   cache=cache, node_timeout_s=node_timeout_s, params=params,
+                   gpu_concurrency=gpu_concurrency).run(progress=progress)
+    return CaseResult(result)
+
+
+class CaseResult:
+    """One case's result: the study's result (tables, output folder) narrowed to its one row.
+
+    ``result["status"]`` and ``result.get(...)`` read the row, as the plain dict this used to be.
+    """
+
+    def __init__(self, cohort: Any):
+        self.cohort = cohort
+        self.row: dict[str, Any] = cohort.rows[0]
+
+    status = property(lambda self: self.row["status"])
+    case = property(lambda self: self.row["case"])
+    ok = property(lambda self: self.row["status"] == "succeeded")
+    cases = property(lambda self: self.cohort.cases, doc="pyarrow Table of the one row")
+    events = property(lambda self: self.cohort.events, doc="pyarrow Table of the case's events")
+    out = property(lambda self: Path(self.cohort.out) / self.row["case"], doc="the case's output folder")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.row)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.row[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.row.get(key, default)
+
+    def __repr__(self) -> str:
+        return f"CaseResult(case={self.case!r}, status={self.status!r}, sr={self.row.get('sr')!r})"
+
+
+def build_pages(out: str | Path, **options: Any):
+    """Write the static HTML pages of a cohort or bench output folder under ``OUT/report``.
+
+    Args:
+        out: the output folder of ``Study.run``, ``run_case``, ``bcer cohort`` or ``bcer bench``.
+        options: ``max_case_pages`` (default 500, failures first), ``case_pages`` (bool).
+
+    Returns:
+        Stats with ``.index`` (the page to open), ``.case_pages``, ``.bytes``, ``.problems``.
+    """
+    from .pages import build_report
+
+    return build_report(Path(out), **options)
 
 
 def plan_case(case: Case | str | Path, *, task: str | TaskContract | None = None, goal: str | None = None,
               plan: str | Path | PlanSketch | None = None, layout: str | None = None, planner: Any = None,
               bundles: dict[str, str] | None = None, model_dirs: tuple[str, ...] = (),
               seq: dict[str, str] | None = None, llm: Any = None, llm_record: str | Path | None = None,
-              events: list | None = None):
+              events: list | None = None, params: dict[str, dict[str, Any]] | None = None):
     """Plan and compile without running: returns (sketch, workflow, revisions).
-    ``planner``/``llm``/``llm_record`` as for :class:`Study`; planning events (LLM calls,
+    ``planner``/``llm``/``llm_record``/``params`` as for :class:`Study`; planning events (LLM calls,
     rejected plans, fallbacks) are appended to ``events`` when a list is given."""
     from .actors.bundles import resolve_bundles
     from .engine.planning import plan_and_compile
@@ -248,6 +362,10 @@ def plan_case(case: Case | str | Path, *, task: str | TaskContract | None = None
     contract = _contract(task)
     with _controller(planner, llm, "tier1", llm_record, None) as ctl:
         chosen = make_planner(plan, ctl.planner, resolve_bundles(bundles, model_dirs))
+        if params:
+            from .overrides import ParamSetter, check_params
+
+            chosen = ParamSetter(chosen, check_params(params))
         try:
             return plan_and_compile(chosen, goal or (contract.goal if contract else ""), cases[0], contract)
         finally:

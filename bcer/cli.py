@@ -1,4 +1,9 @@
-"""The `bcer` command: tools, plan, run, cohort, trace, demo, data, bench."""
+"""The `bcer` command: tasks, tools, plan, run, cohort, bench, report, trace, demo, data, memory.
+
+Exit codes of run, cohort and bench: 0 every case delivered and plausible, 1 some case failed
+or was implausible, 2 a usage or input error (nothing ran); 130 interrupted. ``bcer report``:
+0 pages written, 1 the pages could not be built, 2 not a bcer output folder.
+"""
 from __future__ import annotations
 
 import json
@@ -8,33 +13,52 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+import typer.core
 from rich.table import Table
 
 from . import cli_options as O
 from . import cli_views as V
 from .contracts import ToolError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+# plain help (click's layout, as nnU-Net's and Ray's CLIs): every metavar is ours, no type names.
+# typer prints a positional argument's Python type (``<path>``) beside its metavar whatever the
+# metavar says; the metavar alone is the help we want.
+typer.core.TyperArgument.display_type_rich = lambda self, ctx: None  # type: ignore[method-assign]
+_CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, context_settings=_CTX,
                   help="bcer: planned MRI analysis workflows on Ray, from one case to cohorts.")
-data_app = typer.Typer(no_args_is_help=True, help="Synthesise phantom cohorts and inspect datasets.")
+data_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, context_settings=_CTX,
+                       help="Synthesise phantom cohorts and inspect datasets.")
 app.add_typer(data_app, name="data")
-memory_app = typer.Typer(no_args_is_help=True, help="The R4 exemplar memory: stats, add, search, export.")
+memory_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, context_settings=_CTX,
+                         help="The R4 exemplar memory: stats, add, search, export.")
 app.add_typer(memory_app, name="memory")
 console = V.console  # one console: tests set its width through bcer.cli
+
+EXIT_OK, EXIT_CASES, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def _fail(err: Exception) -> None:
     from rich.markup import escape
 
     console.print(f"[bold red]error[/]: {escape(str(err))}")  # "[schema] ..." is text, not markup
-    raise typer.Exit(2)
+    raise typer.Exit(EXIT_USAGE)
 
 
 def _interrupted(out: Path) -> None:
     console.print(f"[bold yellow]interrupted[/]: tables of the finished cases are in {out}; "
                   "rerun the same command to resume")
-    raise typer.Exit(130)
+    raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _exit_for(rows: list[dict]) -> None:
+    """0 when every case was delivered and plausible, else 1 (a scheduler reads this)."""
+    from rich.console import Console
+
+    bad = [r for r in rows if r.get("status") != "succeeded"]
+    if bad:
+        Console(stderr=True).print(f"[red]{len(bad)} of {len(rows)} case(s) not delivered or implausible[/]: exit code 1")
+    raise typer.Exit(EXIT_CASES if bad or not rows else EXIT_OK)
 
 
 def _seq(items: Optional[list[str]]) -> Optional[dict[str, str]]:
@@ -49,72 +73,94 @@ def _bundles(items: Optional[list[str]]) -> Optional[dict[str, str]]:
     return parse_bundle_args(items) if items else None
 
 
+def _sets(items: Optional[list[str]]) -> Optional[dict[str, dict[str, Any]]]:
+    """``--set`` values, checked against each tool's params model (a typed error, exit 2)."""
+    from .overrides import parse_sets
+
+    try:
+        return parse_sets(items) if items else None
+    except ToolError as e:
+        _fail(e)
+
+
 def _dirs(items: Optional[list[Path]]) -> tuple[str, ...]:
     return tuple(str(p) for p in items or ())
 
 
+def _data(data: Optional[Path], old_case: Optional[Path]) -> Path:
+    if data is None and old_case is None:
+        _fail(ValueError("give the dataset or case folder with --data DIR"))
+    return data or old_case  # type: ignore[return-value]
+
+
+def _version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        typer.echo(f"bcer {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _main(verbose: bool = typer.Option(False, "--verbose", "-v", help="log at INFO level")) -> None:
+def _main(verbose: bool = typer.Option(False, "--verbose", "-v", help="log at INFO level"),
+          version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 @app.command()
-def tools(as_json: bool = typer.Option(False, "--json", help="print ToolSpecs as JSON")) -> None:
-    """List every registered tool with its ports, params, resources and GPU path."""
-    from .tools import list_tools
-
-    specs = list_tools()
+def tasks(as_json: O.Json = False) -> None:
+    """List the task contracts: id, domain, inputs and deliverables."""
+    rows = V.task_rows()
     if as_json:
-        typer.echo(json.dumps([s.model_dump(mode="json") for s in specs], indent=2))
+        typer.echo(json.dumps(rows, indent=2))
         return
-    if V.narrow(140):  # piped or a small terminal: one block per tool instead of a squeezed table
-        for s in specs:
-            # soft wrap: a long line is left to the terminal, so no continuation line starts at column 0
-            console.print(f"[bold]{s.name}[/] [dim]v{s.version}[/] — {s.description}", soft_wrap=True)
-            console.print("  in:  " + ", ".join(f"{p.name}: {p.kind.value}{'' if p.required else '?'}"
-                                                for p in s.inputs), soft_wrap=True)
-            console.print("  out: " + ", ".join(f"{p.name}: {p.kind.value}" for p in s.outputs), soft_wrap=True)
-            for k, v in s.params_schema.get("properties", {}).items():
-                console.print(f"  param {V.param_line(k, v)}", soft_wrap=True)
-            console.print(f"  cpu={s.resources.num_cpus:g} gpu={s.resources.num_gpus:g} mem={s.resources.memory_mb}MB "
-                          f"gpu-path={s.gpu} milestone={s.milestone or '-'}", soft_wrap=True)
-        console.print(f"{len(specs)} tools")
-        return
-    t = Table(title=f"{len(specs)} tools", show_lines=True)
-    t.add_column("tool", no_wrap=True)
-    for col in ("inputs", "outputs", "params (default, bounds)", "resources", "gpu", "milestone"):
-        t.add_column(col)
-    for s in specs:
-        t.add_row(f"{s.name}\n[dim]{s.description}[/]",
-                  "\n".join(f"{p.name}: {p.kind.value}{'' if p.required else '?'}" for p in s.inputs),
-                  "\n".join(f"{p.name}: {p.kind.value}" for p in s.outputs),
-                  "\n".join(V.param_line(k, v) for k, v in s.params_schema.get("properties", {}).items()),
-                  f"cpu={s.resources.num_cpus:g} gpu={s.resources.num_gpus:g} mem={s.resources.memory_mb}MB",
-                  s.gpu, s.milestone or "")
-    console.print(t)
+    V.print_tasks(rows)
 
 
 @app.command()
-def plan(case: Path = typer.Option(..., "--case", help="case folder (or dataset folder with one case)"),
-         goal: O.Goal = None,
-         task: O.Task = None,
-         plan_file: O.PlanFile = None,
-         layout: O.Layout = None,
-         seq: O.Seq = None,
-         bundle: O.Bundle = None,
-         model_dir: O.ModelDir = None,
-         planner: O.Planner = "offline", llm: O.LLM = None,
-         llm_record: O.LLMRecord = None,
-         as_json: bool = typer.Option(False, "--json", help="print sketch and workflow as one JSON object")) -> None:
-    """Print the plan sketch and the compiled DAG without running anything."""
+def tools(name: Optional[str] = typer.Argument(None, metavar="TOOL", help="show one tool in full (e.g. denoise.nlm)"),
+          as_json: O.Json = False) -> None:
+    """List every registered tool with its ports, params (defaults, bounds), resources and GPU path."""
+    from .tools import list_tools
+
+    specs = list_tools()
+    if name is not None:
+        from .tools.registry import get_tool
+
+        try:
+            specs = [get_tool(name).spec]
+        except ToolError as e:
+            _fail(e)
+    if as_json:
+        typer.echo(json.dumps([s.model_dump(mode="json") for s in specs], indent=2))
+        return
+    if name is not None or V.narrow(140):  # piped, small terminal or one tool: one block per tool
+        V.print_tool_blocks(specs, detail=name is not None)
+        if name is None:
+            console.print(f"{len(specs)} tools (`bcer tools TOOL` shows one with its param descriptions)")
+        return
+    V.print_tool_table(specs)
+
+
+@app.command()
+def plan(data: O.Data = None, case: O.OldCase = None,
+         task: O.Task = None, goal: O.Goal = None, plan_file: O.PlanFile = None,
+         layout: O.Layout = None, seq: O.Seq = None, set_: O.Set = None,
+         bundle: O.Bundle = None, model_dir: O.ModelDir = None,
+         planner: O.Planner = "offline", llm: O.LLM = None, llm_record: O.LLMRecord = None,
+         as_json: O.Json = False) -> None:
+    """Print the plan sketch and the compiled DAG of one case without running anything."""
     from .api import plan_case
 
     events: list[dict] = []
+    params = _sets(set_)
     try:
-        sketch, workflow, revisions = plan_case(case, task=task, goal=goal, plan=plan_file, layout=layout,
-                                                bundles=_bundles(bundle), model_dirs=_dirs(model_dir), seq=_seq(seq),
-                                                planner=planner, llm=llm, llm_record=llm_record, events=events)
+        sketch, workflow, revisions = plan_case(_data(data, case), task=task, goal=goal, plan=plan_file,
+                                                layout=layout, bundles=_bundles(bundle), model_dirs=_dirs(model_dir),
+                                                seq=_seq(seq), planner=planner, llm=llm, llm_record=llm_record,
+                                                events=events, params=params)
     except (ToolError, FileNotFoundError) as e:
         V.print_planning(events)
         _fail(e)
@@ -124,8 +170,13 @@ def plan(case: Path = typer.Option(..., "--case", help="case folder (or dataset 
         return
     V.print_planning(events)
     console.print_json(sketch.model_dump_json())
+    _print_workflow(workflow, revisions)
+
+
+def _print_workflow(workflow, revisions: int) -> None:
+    title = f"workflow for {workflow.case_id} ({len(workflow.nodes)} nodes, {revisions} revisions)"
     if V.narrow(120):
-        console.print(f"workflow for {workflow.case_id} ({len(workflow.nodes)} nodes, {revisions} revisions)")
+        console.print(title)
         for n in workflow.nodes:
             console.print(f"[bold]{n.id}[/] {n.tool}{'' if n.required else ' (optional)'}"
                           f"{' milestone=' + n.milestone if n.milestone else ''}")
@@ -136,7 +187,7 @@ def plan(case: Path = typer.Option(..., "--case", help="case folder (or dataset 
         for d in workflow.deliverables:
             console.print(f"deliverable {d.name} <- @node.{d.node}.{d.field} -> {d.file}", soft_wrap=True)
         return
-    t = Table(title=f"workflow for {workflow.case_id} ({len(workflow.nodes)} nodes, {revisions} revisions)")
+    t = Table(title=title)
     for col in ("node", "tool", "inputs", "params", "after", "milestone", "required"):
         t.add_column(col)
     for n in workflow.nodes:
@@ -148,124 +199,112 @@ def plan(case: Path = typer.Option(..., "--case", help="case folder (or dataset 
         console.print(f"deliverable [bold]{d.name}[/] ← @node.{d.node}.{d.field} → {d.file}")
 
 
+def _run_study(study, out: Path, address: Optional[str], as_json: bool = False):
+    """The study under the progress display (on stderr with --json, so stdout stays JSON);
+    typed errors exit 2, Ctrl-C 130."""
+    import dataclasses
 
-def _progress_run(study) -> "object":
-    cases = study.cases()
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console) as bar:
-        job = bar.add_task("cases", total=len(cases))
+    from rich.console import Console
 
-        def done(row: dict) -> None:
-            mark = "[green]✓[/]" if row["status"] == "succeeded" else "[red]✗[/]"
-            extra = " (resumed)" if row.get("resumed") else ""
-            msg = (f" {row['status']} {row.get('error_code')}: {row.get('error_message')}"
-                   if row["status"] != "succeeded" else "")
-            bar.console.print(f"{mark} {row['case']}{extra}{msg}")
-            bar.advance(job)
+    from .progress import run_with_progress
 
-        study.data = cases
-        return study.run(on_case_done=done)
-
+    try:
+        cases = study.cases()
+        if not cases:
+            _fail(ValueError("no case left to run (check --case-id / --exclude / --limit)"))
+        chosen = dataclasses.replace(study, data=cases, case_ids=None, exclude=None, limit=None)
+        return run_with_progress(chosen.run, len(cases), address, Console(stderr=True) if as_json else console)
+    except (ToolError, FileNotFoundError) as e:
+        _fail(e)
+    except KeyboardInterrupt:
+        _interrupted(out)
 
 
 @app.command()
-def run(case: Path = typer.Option(..., "--case", help="case folder"),
-        goal: O.Goal = None, task: O.Task = None,
-        plan_file: O.PlanFile = None,
-        out: Path = typer.Option(Path("bcer_out"), help="output folder"),
-        address: O.Address = None,
-        layout: O.Layout = None,
-        cache: O.Cache = None,
-        node_timeout: O.NodeTimeout = None,
-        seq: O.Seq = None,
-        bundle: O.Bundle = None,
-        model_dir: O.ModelDir = None,
-        r4: O.R4 = "on",
-        memory: O.Memory = None,
-        planner: O.Planner = "offline", llm: O.LLM = None,
-        llm_record: O.LLMRecord = None, reflector: O.Reflector = "tier1") -> None:
-    """Run one case."""
+def run(data: O.Data = None, case: O.OldCase = None,
+        task: O.Task = None, goal: O.Goal = None, plan_file: O.PlanFile = None,
+        out: O.Out = Path("bcer_out"), layout: O.Layout = None, seq: O.Seq = None, set_: O.Set = None,
+        address: O.Address = None, cache: O.Cache = None, node_timeout: O.NodeTimeout = None,
+        gpu_concurrency: O.GpuConcurrency = None, model_actors: O.ModelActors = False,
+        bundle: O.Bundle = None, model_dir: O.ModelDir = None, r4: O.R4 = True, memory: O.Memory = None,
+        planner: O.Planner = "offline", llm: O.LLM = None, llm_record: O.LLMRecord = None,
+        reflector: O.Reflector = "tier1", report: O.Report = True, as_json: O.Json = False) -> None:
+    """Run one case (a case folder, or a dataset folder holding one case).
+
+    Exit code 0: delivered and plausible; 1: failed or implausible; 2: usage or input error.
+    """
     from .api import Study, load_cases
 
     shared = _study_kwargs(locals())
     try:
-        cases = load_cases(case, layout, _seq(seq))
-        if len(cases) != 1:
-            _fail(ValueError(f"{case} holds {len(cases)} cases; use `bcer cohort`"))
-        result = _progress_run(Study(cases, max_in_flight=1, **shared))
+        cases = load_cases(_data(data, case), layout, _seq(seq))
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
-    except KeyboardInterrupt:
-        _interrupted(out)
+    if len(cases) != 1:
+        _fail(ValueError(f"{data or case} holds {len(cases)} cases; use `bcer cohort` (or --case-id here)"))
+    result = _run_study(Study(cases, max_in_flight=1, gpu_concurrency=gpu_concurrency, model_actors=model_actors,
+                              **shared), out, address, as_json)
     row = result.rows[0]
-    console.print_json(json.dumps({k: row.get(k) for k in ("case", "status", "sr", "sr_delivered", "tcr", "error_code",
-                                                            "error_message", "deliverables", "measurements",
-                                                            "plausibility")},
-                                  default=str))
-    raise typer.Exit(0 if row["status"] == "succeeded" else 1)
+    keys = ("case", "status", "sr", "sr_delivered", "tcr", "error_code", "error_message", "deliverables",
+            "measurements", "plausibility")
+    if as_json:
+        typer.echo(json.dumps({k: row.get(k) for k in keys}, indent=2, default=str))
+    else:
+        console.print_json(json.dumps({k: row.get(k) for k in keys}, default=str))
+    if report:
+        _pages(result.out)
+    _exit_for(result.rows)
 
 
 @app.command()
-def cohort(data: Path = typer.Option(..., "--data", help="dataset folder"),
-           task: O.Task = None, goal: O.Goal = None,
-           plan_file: O.PlanFile = None,
-           out: Path = typer.Option(Path("bcer_out")), address: O.Address = None,
-           layout: O.Layout = None,
-           max_in_flight: Optional[int] = typer.Option(None, help="cases running at once (default: 8 per CPU)"),
-           limit: Optional[int] = typer.Option(None, help="first N cases only"),
-           cache: O.Cache = None,
-           node_timeout: O.NodeTimeout = None,
-           seq: O.Seq = None,
-           bundle: O.Bundle = None,
-           model_dir: O.ModelDir = None,
-           r4: O.R4 = "on",
-           memory: O.Memory = None,
-           planner: O.Planner = "offline", llm: O.LLM = None,
-           llm_record: O.LLMRecord = None, reflector: O.Reflector = "tier1",
-           gpu_concurrency: Optional[int] = typer.Option(None, "--gpu-concurrency", min=1,
-                                                         help="at most K nodes per GPU at once"),
-           model_actors: bool = typer.Option(False, "--model-actors/--no-model-actors",
-                                             help="serve --bundle tools from one model actor per GPU"),
-           report: O.Report = True,
-           as_json: bool = typer.Option(False, "--json", help="print the summary and rows as JSON")) -> None:
-    """Run many cases; a failing case becomes a row, the others finish; reruns skip _DONE cases."""
+def cohort(data: O.DataRequired, task: O.Task = None, goal: O.Goal = None, plan_file: O.PlanFile = None,
+           out: O.Out = Path("bcer_out"), layout: O.Layout = None, seq: O.Seq = None,
+           case_id: O.CaseId = None, exclude: O.Exclude = None, limit: O.Limit = None, set_: O.Set = None,
+           address: O.Address = None, max_in_flight: O.MaxInFlight = None, cache: O.Cache = None,
+           node_timeout: O.NodeTimeout = None, gpu_concurrency: O.GpuConcurrency = None,
+           model_actors: O.ModelActors = False, bundle: O.Bundle = None, model_dir: O.ModelDir = None,
+           r4: O.R4 = True, memory: O.Memory = None,
+           planner: O.Planner = "offline", llm: O.LLM = None, llm_record: O.LLMRecord = None,
+           reflector: O.Reflector = "tier1", report: O.Report = True, as_json: O.Json = False) -> None:
+    """Run every case of a dataset folder; a failing case becomes a row and the others finish;
+    a rerun on the same --out skips the finished cases.
+
+    Exit code 0: every case delivered and plausible; 1: some case failed or implausible;
+    2: usage or input error (nothing ran).
+    """
     from .api import Study
 
     shared = _study_kwargs(locals())
     try:
-        result = _progress_run(Study(data, layout=layout, max_in_flight=max_in_flight, limit=limit, seq=_seq(seq),
-                                     gpu_concurrency=gpu_concurrency, model_actors=model_actors, **shared))
-    except (ToolError, FileNotFoundError) as e:
+        study = Study(data, layout=layout, max_in_flight=max_in_flight, limit=limit, seq=_seq(seq),
+                      case_ids=case_id, exclude=exclude, gpu_concurrency=gpu_concurrency,
+                      model_actors=model_actors, **shared)
+    except ToolError as e:
         _fail(e)
-    except KeyboardInterrupt:
-        _interrupted(out)
+    result = _run_study(study, out, address, as_json)
     if as_json:
         typer.echo(json.dumps({"summary": result.summary(), "rows": result.rows}, indent=2, default=str))
     else:
         V.print_summary(result)
     if report:
         _pages(result.out)
+    _exit_for(result.rows)
 
 
 def _study_kwargs(cli: dict[str, Any]) -> dict[str, Any]:
     """The ``Study`` arguments of the options ``run`` and ``cohort`` share, from the command's
     ``locals()`` (CLI names to API names, flags parsed): declared once for both commands."""
     return dict(task=cli["task"], goal=cli["goal"], plan=cli["plan_file"], out=cli["out"], address=cli["address"],
-                bundles=_bundles(cli["bundle"]), model_dirs=_dirs(cli["model_dir"]), r4=_r4_flag(cli["r4"]),
+                bundles=_bundles(cli["bundle"]), model_dirs=_dirs(cli["model_dir"]), r4=cli["r4"],
                 memory=cli["memory"], planner=cli["planner"], llm=cli["llm"], llm_record=cli["llm_record"],
-                reflector=cli["reflector"], cache=cli["cache"], node_timeout_s=cli["node_timeout"])
-
-
-def _r4_flag(value: str) -> bool:
-    v = value.strip().lower()
-    if v not in ("on", "off"):
-        _fail(ValueError(f"--r4 must be on or off, got {value!r}"))
-    return v == "on"
+                reflector=cli["reflector"], cache=cli["cache"], node_timeout_s=cli["node_timeout"],
+                params=_sets(cli["set_"]))
 
 
 @app.command()
-def trace(case_dir: Path = typer.Argument(..., help="a case output folder (holds events.jsonl)"),
-          as_json: bool = typer.Option(False, "--json", help="print the events as a JSON list")) -> None:
+def trace(case_dir: Path = typer.Argument(..., metavar="CASE_OUT",
+                                          help="a case's output folder (OUT/CASE, holds events.jsonl)"),
+          as_json: O.Json = False) -> None:
     """Timeline of a case's events."""
     from .engine.trace import read_events
 
@@ -296,51 +335,54 @@ def trace(case_dir: Path = typer.Argument(..., help="a case output folder (holds
 
 
 @app.command()
-def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
-          cases: int = typer.Option(10, "--cases", help="cases per task"),
-          out: Path = typer.Option(Path("bench_out"), help="output folder (bench.json + per-case outputs)"),
+def bench(task: O.Tasks = None, tasks_old: Optional[str] = typer.Option(None, "--tasks", hidden=True),
+          cases: int = typer.Option(10, "--cases", metavar="N", min=1, help="cases per task"),
+          out: O.Out = Path("bench_out"),
+          size: str = typer.Option("small", metavar="SIZE", help="phantom size: small | full"),
+          family: str = typer.Option("base", metavar="FAMILY", help="phantom family: base | randomised | heldout "
+                                     "(heldout: measure only, never tune on it)"),
+          data: Optional[Path] = typer.Option(None, "--data", metavar="DIR",
+                                              help="read cases from this folder instead of synthesising"),
+          seed: int = typer.Option(0, metavar="N", help="phantom seed"), set_: O.Set = None,
           address: O.Address = None,
-          size: str = typer.Option("small", help="phantom size: small | full"),
-          data: Optional[Path] = typer.Option(None, help="read cases from this folder instead of synthesising"),
-          seed: int = typer.Option(0), max_in_flight: int = typer.Option(2, help="cases in flight per task"),
-          cache: O.Cache = None,
-          node_timeout: O.NodeTimeout = None,
-          bundle: O.Bundle = None,
-          model_dir: O.ModelDir = None,
-          planner: O.Planner = "offline", llm: O.LLM = None,
-          llm_record: O.LLMRecord = None, reflector: O.Reflector = "tier1",
-          report: O.Report = True,
-          as_json: bool = typer.Option(False, "--json", help="print the per-task summary as JSON"),
-          arms: Optional[str] = typer.Option(None, help="controller ablation: all | react,react_bind,"
+          max_in_flight: int = typer.Option(2, "--max-in-flight", metavar="N", min=1, help="cases in flight per task"),
+          cache: O.Cache = None, node_timeout: O.NodeTimeout = None,
+          bundle: O.Bundle = None, model_dir: O.ModelDir = None,
+          planner: O.Planner = "offline", llm: O.LLM = None, llm_record: O.LLMRecord = None,
+          reflector: O.Reflector = "tier1", report: O.Report = True, as_json: O.Json = False,
+          arms: Optional[str] = typer.Option(None, metavar="ARMS", help="controller ablation: all | react,react_bind,"
                                              "react_bind_ref,bcer (with --faults)"),
-          faults: Optional[str] = typer.Option(None, help="controller ablation: all | fault type[,...] "
-                                               "(token_mutation, path_mutation, argument_omission, semantic_swap, "
-                                               "space_mismatch, missing_modality, scope_violation, timeout)"),
-          timeout: float = typer.Option(60.0, help="ablation: per-call / per-node timeout in seconds"),
-          family: str = typer.Option("base", help="phantom family: base | randomised | heldout "
-                                                  "(heldout: measure only, never tune on it)")) -> None:
-    """Task-contract benchmark: SR/TCR per task with quality against ground truth beside it.
-    With --arms/--faults: the controller ablation (SR, TCR, ERR, safe-halt and wrong-deliverable
-    rates per arm, task and fault; ``OUT/ablation.json``)."""
-    from .bench import resolve_tasks, run_bench
+          faults: Optional[str] = typer.Option(None, metavar="FAULTS", help="controller ablation: all | fault "
+                                               "type[,...] (token_mutation, path_mutation, argument_omission, "
+                                               "semantic_swap, space_mismatch, missing_modality, scope_violation, "
+                                               "timeout)"),
+          timeout_old: Optional[float] = typer.Option(None, "--timeout", hidden=True)) -> None:
+    """Task-contract benchmark on phantoms with ground truth: SR/TCR per task with quality beside it.
+    With --arms/--faults: the controller ablation (OUT/ablation.json; its per-node limit is
+    --node-timeout, default 60 s).
 
-    arms = arms if isinstance(arms, str) else None  # typer defaults when called as a function (demo)
-    faults = faults if isinstance(faults, str) else None
+    Exit code 0: every case delivered and plausible; 1: some case failed or implausible;
+    2: usage or input error.
+    """
+    from .bench import resolve_tasks, run_bench
+    from .progress import local_cluster
+
+    chosen = list(task or []) or ([t for t in tasks_old.split(",") if t.strip()] if tasks_old else ["all"])
+    chosen = "all" if chosen == ["all"] else chosen
     if arms or faults:
-        _ablation(tasks, arms or "all", faults or "all", cases, out, address, size, data, seed, max_in_flight,
-                  timeout if isinstance(timeout, (int, float)) else 60.0, planner, llm, llm_record)
+        limit = node_timeout or timeout_old or 60.0
+        _ablation(chosen, arms or "all", faults or "all", cases, out, address, size, data, seed, max_in_flight,
+                  limit, planner, llm, llm_record)
         return
+    params = _sets(set_)
     try:
-        ids = resolve_tasks(tasks)
-        bundles = _bundles(bundle)
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console) as bar:
-            job = bar.add_task("cases", total=len(ids) * cases)
+        ids = resolve_tasks(chosen)
+        with local_cluster(address, console), V.case_bar(len(ids) * cases) as advance:
             result = run_bench(ids, cases, out, address=address, size=size, data=data, seed=seed,
-                               max_in_flight=max_in_flight, on_case_done=lambda row: bar.advance(job),
-                               bundles=bundles, model_dirs=_dirs(model_dir), planner=planner, llm=llm,
-                               llm_record=llm_record, reflector=reflector, cache=cache, node_timeout_s=node_timeout,
-                               family=family if isinstance(family, str) else "base")
+                               max_in_flight=max_in_flight, on_case_done=advance, bundles=_bundles(bundle),
+                               model_dirs=_dirs(model_dir), planner=planner, llm=llm, llm_record=llm_record,
+                               reflector=reflector, cache=cache, node_timeout_s=node_timeout, family=family,
+                               params=params)
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     except KeyboardInterrupt:
@@ -351,56 +393,55 @@ def bench(tasks: str = typer.Option("all", help="all | task id[,task id...]"),
         V.print_bench(result)
     if report:
         _pages(out)
+    _exit_for(result["cases"])
 
 
-def _ablation(tasks: str, arms: str, faults: str, cases: int, out: Path, address: Optional[str], size: str,
+def _ablation(tasks, arms: str, faults: str, cases: int, out: Path, address: Optional[str], size: str,
               data: Optional[Path], seed: int, max_in_flight: int, timeout: float, planner: str = "offline",
               llm: Optional[str] = None, llm_record: Optional[Path] = None) -> None:
     """The controller ablation; every arm plans with the same planner (and LLM backend)."""
     from .actors.specs import Controller
+    from .bench import resolve_tasks
     from .bench.ablation import run_ablation
     from .bench.arms import resolve_arms
     from .bench.faults import resolve_faults
-    from .bench import resolve_tasks
 
     try:
         ids, arm_ids, fault_ids = resolve_tasks(tasks), resolve_arms(arms), resolve_faults(faults)
     except (ToolError, ValueError) as e:
         _fail(e)
     total = len(ids) * cases * len(arm_ids) * (len(fault_ids) + 1)
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console) as bar:
-        job = bar.add_task("runs", total=total)
-        planner = planner if isinstance(planner, str) else "offline"  # typer defaults when called as a function
-        with Controller(planner, llm=llm if isinstance(llm, str) else None,
-                        llm_record=llm_record if isinstance(llm_record, Path) else None, address=address,
-                        memo=True) as ctl:
+    with V.case_bar(total, "runs") as advance:
+        with Controller(planner, llm=llm, llm_record=llm_record, address=address, memo=True) as ctl:
             report = run_ablation(ids, arm_ids, fault_ids, cases, out, size=size, seed=seed, timeout_s=timeout,
                                   max_in_flight=max_in_flight, address=address, data=data, planner=ctl.planner,
-                                  on_row=lambda row: bar.advance(job))
+                                  on_row=advance)
     V.print_ablation(report)
 
 
-
 @app.command()
-def demo(out: Path = typer.Option(Path("demo_out"), help="output folder"),
-         cases: int = typer.Option(1, "--cases", help="cases per task"),
-         address: O.Address = None,
-         tasks: str = typer.Option("all", help="all | task id[,task id...]"),
-         planner: O.Planner = "offline", llm: O.LLM = None,
-         llm_record: O.LLMRecord = None, reflector: O.Reflector = "tier1") -> None:
-    """Synthesise a small mixed cohort (brain, prostate, cardiac, k-space) and run every task
-    end to end on Ray (offline Brain by default; ``--planner llm --llm local`` plans with the
-    local CPU model); prints SR/TCR and quality per task."""
+def demo(out: O.Out = Path("demo_out"),
+         cases: int = typer.Option(1, "--cases", metavar="N", min=1, help="cases per task"),
+         task: O.Tasks = None, address: O.Address = None,
+         planner: O.Planner = "offline", llm: O.LLM = None, llm_record: O.LLMRecord = None,
+         reflector: O.Reflector = "tier1") -> None:
+    """Synthesise a small mixed cohort (brain, prostate, cardiac, k-space) and run every task end
+    to end on Ray (the offline planner by default; --planner llm --llm local plans with the local
+    CPU model); prints SR/TCR and quality per task and writes the HTML pages.
+
+    Exit code 0: every case delivered and plausible; 1: some case failed or implausible.
+    """
     console.print(f"[bold]bcer demo[/]: {cases} synthetic case(s) per task, {planner} planner"
                   f"{' (' + llm + ')' if llm else ''}, {'cluster ' + address if address else 'local Ray'}; "
                   f"outputs in {out}")
-    bench(tasks=tasks, cases=cases, out=out, address=address, size="small", data=None, seed=0,
-          max_in_flight=2, cache=None, node_timeout=None, bundle=None, model_dir=None, planner=planner, llm=llm,
-          llm_record=llm_record, reflector=reflector, report=True, as_json=False, arms=None, faults=None, timeout=60.0,
-          family="base")
-    console.print(f"inspect a case: [bold]bcer trace {out}/runs/<task>/<case>[/]  ·  tables: {out}/runs/<task>/cohort.parquet")
-
+    try:
+        bench(task=task, tasks_old=None, cases=cases, out=out, size="small", family="base", data=None, seed=0,
+              set_=None, address=address, max_in_flight=2, cache=None, node_timeout=None, bundle=None,
+              model_dir=None, planner=planner, llm=llm, llm_record=llm_record, reflector=reflector, report=True,
+              as_json=False, arms=None, faults=None, timeout_old=None)
+    finally:
+        console.print(f"open [bold]{out}/report/index.html[/]  ·  a case's timeline: bcer trace "
+                      f"{out}/runs/TASK/CASE  ·  tables: {out}/runs/TASK/cohort.parquet")
 
 
 def _pages(out: Path, **kwargs) -> None:
@@ -418,17 +459,24 @@ def _pages(out: Path, **kwargs) -> None:
 
 
 @app.command()
-def report(out: Path = typer.Argument(..., help="a cohort or bench output folder"),
-           max_case_pages: int = typer.Option(500, help="case pages per cohort (failures first)"),
+def report(out: Path = typer.Argument(..., metavar="OUT", help="a cohort or bench output folder"),
+           max_case_pages: int = typer.Option(500, metavar="N", help="case pages per cohort (failures first)"),
            case_pages: bool = typer.Option(True, "--case-pages/--no-case-pages", help="also write one page per case"),
-           as_json: bool = typer.Option(False, "--json", help="print what was written as JSON")) -> None:
-    """Write static HTML pages (cohort, cases) under OUT/report; they open from disk, no server needed."""
+           as_json: O.Json = False) -> None:
+    """Write static HTML pages (cohort, cases) under OUT/report; they open from disk, no server needed.
+
+    Exit code 0: pages written (problems found are listed); 1: the pages could not be built;
+    2: OUT is not a bcer output folder.
+    """
     from .pages import build_report
 
     try:
         stats = build_report(out, max_case_pages=max_case_pages, case_pages=case_pages)
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
+    except Exception as e:  # a broken output folder: say what, exit 1 (not a usage error)
+        console.print(f"[bold red]pages not written[/]: {type(e).__name__}: {e}")
+        raise typer.Exit(EXIT_CASES)
     if as_json:
         typer.echo(json.dumps({"index": str(stats.index), "cohort_pages": stats.cohort_pages,
                                "case_pages": stats.case_pages, "bytes": stats.bytes,
@@ -444,12 +492,13 @@ def report(out: Path = typer.Argument(..., help="a cohort or bench output folder
 
 
 @data_app.command("synth")
-def data_synth(domain: str = typer.Option(..., help="brain | cardiac | prostate"),
-               n: int = typer.Option(4, "--n", help="number of cases"),
-               layout: Optional[str] = typer.Option(None, help="dataset layout (default per domain)"),
-               out: Path = typer.Option(..., help="output folder"), seed: int = typer.Option(0),
-               size: str = typer.Option("small", help="small (fast tests) | full (realistic)"),
-               family: str = typer.Option("base", help="phantom family: base | randomised (tuning/training) "
+def data_synth(domain: str = typer.Option(..., metavar="DOMAIN", help="brain | cardiac | prostate"),
+               n: int = typer.Option(4, "--n", metavar="N", min=1, help="number of cases"),
+               layout: Optional[str] = typer.Option(None, metavar="NAME", help="dataset layout (default per domain)"),
+               out: Path = typer.Option(..., metavar="DIR", help="output folder"),
+               seed: int = typer.Option(0, metavar="N", help="phantom seed"),
+               size: str = typer.Option("small", metavar="SIZE", help="small (fast tests) | full (realistic)"),
+               family: str = typer.Option("base", metavar="FAMILY", help="phantom family: base | randomised (tuning/training) "
                                                        "| heldout (measurement only)")) -> None:
     """Write a phantom cohort with exact ground truth in a real dataset layout."""
     from .datasets.synth import synth_cohort
@@ -474,13 +523,13 @@ def _open_memory(path: Path, readonly: bool, embedder: str):
     return ExemplarMemory(path, embedder, readonly=readonly)
 
 
-_MEM_OPT = typer.Option(..., "--memory", help="exemplar-memory folder")
-_EMB_OPT = typer.Option("minilm", help="embedder the memory was built with: minilm | hash")
+_MEM_OPT = typer.Option(..., "--memory", metavar="DIR", help="exemplar-memory folder")
+_EMB_OPT = typer.Option("minilm", metavar="NAME", help="embedder the memory was built with: minilm | hash")
 
 
 @memory_app.command("stats")
 def memory_stats(memory: Path = _MEM_OPT, embedder: str = _EMB_OPT,
-                 as_json: bool = typer.Option(False, "--json")) -> None:
+                 as_json: O.Json = False) -> None:
     """Exemplars per task, index kind, support, profiles, pending WAL entries."""
     try:
         s = _open_memory(memory, True, embedder).stats()
@@ -500,10 +549,10 @@ def memory_stats(memory: Path = _MEM_OPT, embedder: str = _EMB_OPT,
 
 
 @memory_app.command("add")
-def memory_add(runs: list[Path] = typer.Argument(..., help="case output folders, or cohort folders holding them"),
+def memory_add(runs: list[Path] = typer.Argument(..., metavar="RUN...", help="case output folders, or cohort folders holding them"),
                memory: Path = _MEM_OPT, embedder: str = _EMB_OPT) -> None:
-    """Curate the reviewed reports of finished cases into the memory (only validated cases
-    (``_DONE``) whose report the R4 loop left without material issue are added)."""
+    """Curate the reviewed reports of finished cases into the memory (only validated cases, those
+    with _DONE, whose report the R4 loop left without material issue are added)."""
     from .actors.memory import MemoryClient
     from .actors.r4.reviewer import R4Reviewer
     from .contracts.artifacts import Report
@@ -534,9 +583,10 @@ def memory_add(runs: list[Path] = typer.Argument(..., help="case output folders,
 
 
 @memory_app.command("search")
-def memory_search(query: str = typer.Argument(..., help="evidence summary or free text"),
-                  memory: Path = _MEM_OPT, task: str = typer.Option(..., help="task id"),
-                  k: int = typer.Option(3, "-k"), profile: Optional[str] = typer.Option(None),
+def memory_search(query: str = typer.Argument(..., metavar="QUERY", help="evidence summary or free text"),
+                  memory: Path = _MEM_OPT, task: str = typer.Option(..., metavar="ID", help="task id"),
+                  k: int = typer.Option(3, "-k", metavar="K", min=1, help="exemplars to return"),
+                  profile: Optional[str] = typer.Option(None, metavar="NAME", help="only exemplars of this profile"),
                   embedder: str = _EMB_OPT) -> None:
     """Top-k exemplars of a task nearest to the query (cosine)."""
     try:
@@ -550,7 +600,7 @@ def memory_search(query: str = typer.Argument(..., help="evidence summary or fre
 
 
 @memory_app.command("export")
-def memory_export(target: Path = typer.Argument(..., help="output file: .jsonl or .parquet"),
+def memory_export(target: Path = typer.Argument(..., metavar="FILE", help="output file: .jsonl or .parquet"),
                   memory: Path = _MEM_OPT, embedder: str = _EMB_OPT) -> None:
     """Every exemplar record as JSON lines or Parquet."""
     try:

@@ -2,12 +2,23 @@
 ablation (the commands themselves live in ``bcer.cli``)."""
 from __future__ import annotations
 
-from typing import Optional
+from contextlib import contextmanager
+from typing import Callable, Iterator, Optional
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 console = Console()
+
+
+@contextmanager
+def case_bar(total: int, label: str = "cases") -> Iterator[Callable[..., None]]:
+    """A bar over ``total`` items; yields the callback that advances it by one."""
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console) as bar:
+        job = bar.add_task(label, total=total)
+        yield lambda *_a, **_k: bar.advance(job)
 
 
 def print_planning(events: list[dict]) -> None:
@@ -97,12 +108,115 @@ def narrow(need: int) -> bool:
     return not console.is_terminal or console.width < need
 
 
+_BOUND_WORDS = (("minimum", "min"), ("exclusiveMinimum", "above"), ("maximum", "max"), ("exclusiveMaximum", "below"))
+
+
 def param_line(name: str, schema: dict) -> str:
-    bounds = [f"{k[:3]} {schema[k]}" for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
-              if k in schema]
+    """``h_factor=0.8 [above 0.0, max 5.0]``: plain text (print it through ``escape``: rich
+    would read ``[...]`` as markup)."""
+    bounds = [f"{word} {schema[k]}" for k, word in _BOUND_WORDS if k in schema]
+    if "enum" in schema:
+        bounds.append("one of " + "|".join(map(str, schema["enum"])))
     default = schema.get("default", "required")
     return f"{name}={default!r}" + (f" [{', '.join(bounds)}]" if bounds else "")
 
 
-__all__ = ["console", "fmt_quality", "fmt_spacing", "narrow", "param_line", "pct", "print_ablation", "print_bench",
-           "print_planning", "print_summary"]
+def print_tool_blocks(specs: list, detail: bool = False) -> None:
+    """One block per tool; with ``detail`` every param's description on its own line."""
+    from rich.markup import escape
+
+    if detail:
+        for s in specs:
+            print_tool(s)
+        return
+    for s in specs:
+        # soft wrap: a long line is left to the terminal, so no continuation line starts at column 0
+        console.print(f"[bold]{escape(s.name)}[/] [dim]v{s.version}[/] — {escape(s.description)}", soft_wrap=True)
+        console.print("  in:  " + escape(", ".join(f"{p.name}: {p.kind.value}{'' if p.required else '?'}"
+                                                   for p in s.inputs)), soft_wrap=True)
+        console.print("  out: " + escape(", ".join(f"{p.name}: {p.kind.value}" for p in s.outputs)), soft_wrap=True)
+        for k, v in s.params_schema.get("properties", {}).items():
+            console.print(f"  param {escape(param_line(k, v))}", soft_wrap=True)
+        console.print(f"  cpu={s.resources.num_cpus:g} gpu={s.resources.num_gpus:g} mem={s.resources.memory_mb}MB "
+                      f"gpu-path={s.gpu} milestone={s.milestone or '-'}", soft_wrap=True)
+
+
+def print_tool(s) -> None:
+    """One tool in full, wrapped to the terminal (at most 100 columns), indented."""
+    import textwrap
+
+    from rich.markup import escape
+
+    width = max(40, min(console.width, 100))
+
+    def say(text: str, indent: str = "", first: str | None = None) -> None:
+        for line in textwrap.wrap(text, width, initial_indent=indent if first is None else first,
+                                  subsequent_indent=indent + "    "):
+            console.print(escape(line), soft_wrap=True, highlight=False)
+
+    say(f"{s.name} v{s.version}")
+    say(s.description, "  ")
+    say("inputs: " + ", ".join(f"{p.name} ({p.kind.value}{'' if p.required else ', optional'})" for p in s.inputs),
+        "  ")
+    say("outputs: " + ", ".join(f"{p.name} ({p.kind.value})" for p in s.outputs), "  ")
+    props = s.params_schema.get("properties", {})
+    say("params:" if props else "params: none", "  ")
+    for k, v in props.items():
+        say(param_line(k, v) + (f": {v['description']}" if v.get("description") else ""), "    ")
+    say(f"resources: cpu={s.resources.num_cpus:g} gpu={s.resources.num_gpus:g} mem={s.resources.memory_mb}MB; "
+        f"GPU path: {s.gpu}; milestone: {s.milestone or '-'}", "  ")
+    console.print(f"  set a param: --set {escape(s.name)}.PARAM=VALUE", highlight=False)
+
+
+def print_tool_table(specs: list) -> None:
+    from rich.markup import escape
+
+    t = Table(title=f"{len(specs)} tools", show_lines=True)
+    t.add_column("tool", no_wrap=True)
+    for col in ("inputs", "outputs", "params (default, bounds)", "resources", "gpu", "milestone"):
+        t.add_column(col)
+    for s in specs:
+        t.add_row(f"{escape(s.name)}\n[dim]{escape(s.description)}[/]",
+                  escape("\n".join(f"{p.name}: {p.kind.value}{'' if p.required else '?'}" for p in s.inputs)),
+                  escape("\n".join(f"{p.name}: {p.kind.value}" for p in s.outputs)),
+                  escape("\n".join(param_line(k, v) for k, v in s.params_schema.get("properties", {}).items())),
+                  f"cpu={s.resources.num_cpus:g} gpu={s.resources.num_gpus:g} mem={s.resources.memory_mb}MB",
+                  s.gpu, s.milestone or "")
+    console.print(t)
+
+
+def task_rows() -> list[dict]:
+    """id, domain, chain, inputs (with alternatives) and deliverables of every task contract."""
+    from .contracts import list_contracts, load_contract
+
+    rows = []
+    for tid in list_contracts():
+        c = load_contract(tid)
+        inputs = [s + (" (or " + " or ".join(c.input_alternatives[s]) + ")" if s in c.input_alternatives else "")
+                  for s in c.inputs]
+        rows.append({"id": c.id, "domain": c.domain, "chain": c.chain, "inputs": inputs,
+                     "deliverables": [f"{d.name} ({d.file})" for d in c.deliverables], "goal": c.goal})
+    return rows
+
+
+def print_tasks(rows: list[dict]) -> None:
+    from rich.markup import escape
+
+    if narrow(100):
+        for r in rows:
+            console.print(f"[bold]{r['id']}[/] ({r['domain']}, {r['chain']} chain) — {escape(r['goal'])}",
+                          soft_wrap=True)
+            console.print("  inputs: " + escape(", ".join(r["inputs"])), soft_wrap=True)
+            console.print("  deliverables: " + escape(", ".join(r["deliverables"])), soft_wrap=True)
+        return
+    t = Table(title=f"{len(rows)} tasks")
+    for col in ("task", "domain", "chain", "inputs", "deliverables"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["id"], r["domain"], r["chain"], escape(", ".join(r["inputs"])),
+                  escape("\n".join(r["deliverables"])))
+    console.print(t)
+
+
+__all__ = ["case_bar", "console", "fmt_quality", "fmt_spacing", "narrow", "param_line", "pct", "print_ablation", "print_bench",
+           "print_planning", "print_summary", "print_tasks", "print_tool_blocks", "print_tool_table", "task_rows"]

@@ -43,8 +43,10 @@ def test_data_synth_inspect_plan_run_trace(ray_local, tmp_path):
     assert code == 0 and len(info) == 2 and set(info[0]["sequences"]) == {"T1", "T1c", "T2", "FLAIR"}
     case_dir = Path(info[0]["root"])
 
-    code, out = invoke("plan", "--case", case_dir, "--task", "segment_brain")
+    code, out = invoke("plan", "--data", case_dir, "--task", "segment_brain")
     assert code == 0 and "seg.brain_tumor" in out and "deliverable" in out
+    code, out = invoke("plan", "--case", case_dir, "--task", "segment_brain")  # the old name still works
+    assert code == 0 and "seg.brain_tumor" in out
 
     code, out = invoke("plan", "--case", case_dir, "--task", "no_such_task")
     assert code == 2 and "no task contract" in out
@@ -59,7 +61,7 @@ def test_data_synth_inspect_plan_run_trace(ray_local, tmp_path):
     sketch.write_text(json.dumps({"goal": "denoise T1", "steps": [
         {"id": "dn", "tool": "denoise.nlm", "args": {"image": "@seq.t1"}}]}))
     out_dir = tmp_path / "out"
-    code, out = invoke("run", "--case", case_dir, "--plan", sketch, "--out", out_dir)
+    code, out = invoke("run", "--data", case_dir, "--plan", sketch, "--out", out_dir, "--no-report")
     assert code == 0, out
     done = [p for p in out_dir.iterdir() if (p / "_DONE").exists()]
     assert len(done) == 1 and (done[0] / "events.jsonl").exists()
@@ -144,9 +146,9 @@ def test_memory_add_stats_search_export(tmp_path):
     assert code == 2 and "embedder" in out  # a memory is never mixed across embedders
 
 
-def test_r4_flag_is_validated(tmp_path):
-    code, out = invoke("run", "--case", tmp_path, "--task", "cardiac_report", "--r4", "maybe", "--out", tmp_path / "o")
-    assert code == 2 and "--r4 must be on or off" in out
+def test_r4_is_an_on_off_switch(tmp_path):
+    code, out = invoke("run", "--data", tmp_path, "--task", "cardiac_report", "--r4", "maybe", "--out", tmp_path / "o")
+    assert code == 2 and "unexpected extra argument" in out.lower()  # typer's usage error, before anything runs
 
 
 def test_plan_with_a_recorded_llm_and_bad_controller_flags(tmp_path):
@@ -164,17 +166,18 @@ def test_plan_with_a_recorded_llm_and_bad_controller_flags(tmp_path):
 
     fake = importlib.import_module("tests.actors._fake_llm")
     case_dir = tmp_path / "sub-01"
-    write_nifti(Image(np.ones((6, 6, 4), np.float32), np.eye(4)), case_dir / "anat" / "sub-01_T1w.nii.gz")
+    for suffix in ("T2w", "FLAIR"):  # no T1: denoise's input is a choice between its alternatives
+        write_nifti(Image(np.ones((6, 6, 4), np.float32), np.eye(4)), case_dir / "anat" / f"sub-01_{suffix}.nii.gz")
     rec = tmp_path / "calls.jsonl"
-    answer = {"steps": [{"tool": "denoise.nlm", "id": "denoise_nlm", "args": {"image": "@seq.T1"}}]}
+    answer = {"tool": "denoise.nlm", "args": {"image": "@seq.FLAIR"}}  # one step (step-by-step decoding)
     recording = make_backend(fake.ScriptedBackend([json.dumps(answer)]), record=rec)
     plan_case(load_cases(case_dir)[0], task="denoise", planner=LLMBrain(recording))
-    code, out = invoke("plan", "--case", case_dir, "--task", "denoise", "--planner", "llm", "--llm", f"replay:{rec}")
+    code, out = invoke("plan", "--data", case_dir, "--task", "denoise", "--planner", "llm", "--llm", f"replay:{rec}")
     assert code == 0, out
     assert "denoise.nlm" in out and "llm_call" in out and "plan_accepted" in out
-    for flag, value in (("--planner", "gpt"), ("--llm", "carrier-pigeon")):
-        code, out = invoke("plan", "--case", case_dir, "--task", "denoise", *(
-            ("--planner", "llm", "--llm", value) if flag == "--llm" else (flag, value)))
-        assert code == 2 and "value_range" in out
-    code, out = invoke("plan", "--case", case_dir, "--task", "denoise", "--planner", "llm")
+    code, out = invoke("plan", "--data", case_dir, "--task", "denoise", "--planner", "gpt")
+    assert code == 2 and "'gpt' is not one of" in out and "llm,offline" in out  # the choices, named
+    code, out = invoke("plan", "--data", case_dir, "--task", "denoise", "--planner", "llm", "--llm", "carrier-pigeon")
+    assert code == 2 and "value_range" in out
+    code, out = invoke("plan", "--data", case_dir, "--task", "denoise", "--planner", "llm")
     assert code == 2 and "need an LLM backend" in out
