@@ -84,6 +84,7 @@ class CohortConfig:
     reviewer: Any = None
     gpu_concurrency: int | None = None
     model_server: Any = None
+    derivatives: bool = True  # BIDS derivatives, predictions/, DICOM SEG+SR (engine.exports; docs/outputs.md)
 
     @property
     def goal_text(self) -> str:
@@ -533,6 +534,10 @@ def _write_outputs(job: _Job) -> None:
                  "n_cases": len(result.rows), "summary": result.summary(),
                  "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
     }, cfg.out / "dataset_description.json")
+    if cfg.derivatives:
+        from .exports import export_cohort
+
+        export_cohort(cfg.out, job.cases, generated_by={"Name": "bcer", "Version": __version__})
 
 
 def write_cohort_outputs(result: CohortResult, cfg: CohortConfig) -> None:

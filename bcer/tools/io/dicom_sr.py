@@ -45,6 +45,7 @@ class Group:
     tracking_id: str
     items: list[Item] = field(default_factory=list)
     segment: int | None = None
+    seg: Any = None  # the SEG dataset that holds ``segment``
     finding: str | None = None  # e.g. "lesion": the finding type of the group
     qualitative: dict[str, str] = field(default_factory=dict)  # name -> category label
 
@@ -64,7 +65,7 @@ def _unit(unit: str) -> Any:
     return CodedConcept(value=code, scheme_designator="UCUM", meaning=code)
 
 
-def _group(g: Group, seg: Any | None, sources: Sequence[Any], algorithm: Any) -> Any:
+def _group(g: Group, sources: Sequence[Any], algorithm: Any) -> Any:
     import highdicom as hd
     from pydicom.sr.codedict import codes
 
@@ -73,10 +74,11 @@ def _group(g: Group, seg: Any | None, sources: Sequence[Any], algorithm: Any) ->
                                       algorithm_id=algorithm) for i in g.items]
     qualitative = [hd.sr.QualitativeEvaluation(name=concept(k), value=concept(v)) for k, v in g.qualitative.items()]
     finding = codes.SCT.Lesion if g.finding == "lesion" else None
+    seg = g.seg
     if g.segment is not None and seg is not None:
         ref = hd.sr.ReferencedSegment(
             sop_class_uid=seg.SOPClassUID, sop_instance_uid=seg.SOPInstanceUID, segment_number=g.segment,
-            source_series=hd.sr.SourceSeriesForSegmentation(str(sources[0].SeriesInstanceUID)))
+            source_series=hd.sr.SourceSeriesForSegmentation(str(seg.ReferencedSeriesSequence[0].SeriesInstanceUID)))
         return hd.sr.VolumetricROIMeasurementsAndQualitativeEvaluations(
             tracking_identifier=tracking, referenced_segment=ref, measurements=measurements,
             qualitative_evaluations=qualitative or None, finding_type=finding, algorithm_id=algorithm)
@@ -85,9 +87,10 @@ def _group(g: Group, seg: Any | None, sources: Sequence[Any], algorithm: Any) ->
         qualitative_evaluations=qualitative or None, finding_type=finding, algorithm_id=algorithm)
 
 
-def write_sr(groups: Sequence[Group], sources: Sequence[Any], path: str | Path, *, seg: Any | None = None,
-             version: str = "0", series_number: int = 901) -> Any:
-    """Write a TID 1500 measurement report over ``sources`` (and ``seg``'s segments); returns it."""
+def write_sr(groups: Sequence[Group], sources: Sequence[Any], path: str | Path, *, version: str = "0",
+             series_number: int = 901) -> Any:
+    """Write a TID 1500 measurement report over ``sources`` and the SEGs its groups reference;
+    returns it."""
     import highdicom as hd
     from pydicom.sr.codedict import codes
 
@@ -97,8 +100,9 @@ def write_sr(groups: Sequence[Group], sources: Sequence[Any], path: str | Path, 
         observer_identifying_attributes=hd.sr.DeviceObserverIdentifyingAttributes(uid=hd.UID(), name="bcer")))
     report = hd.sr.MeasurementReport(
         observation_context=context, procedure_reported=_procedure(),
-        imaging_measurements=[_group(g, seg, sources, algorithm) for g in groups])
-    evidence = list(sources) + ([seg] if seg is not None else [])
+        imaging_measurements=[_group(g, sources, algorithm) for g in groups])
+    segs = {g.seg.SOPInstanceUID: g.seg for g in groups if g.seg is not None}
+    evidence = list(sources) + list(segs.values())
     sr = hd.sr.Comprehensive3DSR(evidence=evidence, content=report, series_instance_uid=hd.UID(),
                                  series_number=series_number, sop_instance_uid=hd.UID(), instance_number=1,
                                  manufacturer="bcer", series_description="bcer measurements")

@@ -1,0 +1,199 @@
+"""What a finished case left for export, and its flat predictions.
+
+The standard derivatives of a cohort (``engine.exports.write_derivatives``) are written beside
+bcer's own per-case folders. This module reads what each finished case left in ``OUT/<case>/``
+(``provenance.json`` names every deliverable, its files and the input files it came from;
+masks carry their label names in the NIfTI header) and writes, for tools that do not know
+bcer:
+
+- a BIDS derivative dataset rooted at ``OUT`` (``engine.bids_out``),
+- flat predictions ``OUT/predictions/<case>.nii.gz`` in the input dataset's label values,
+- DICOM SEG and a TID 1500 SR per case that came from DICOM (``engine.dicom_out``).
+
+Everything is derived from files, so a resumed cohort (cases skipped as ``_DONE``) exports the
+same tree as a fresh one. A case that cannot be exported is logged and skipped, never fatal:
+the per-case folders stay the record.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from ..contracts.case import Case
+from ..contracts.errors import ToolError
+from ..tools.io.nifti import mask_label_names
+
+log = logging.getLogger(__name__)
+PREDICTIONS_DIR = "predictions"
+# label names that mean the same region across dataset conventions (BraTS 2018-2021 vs 2023+)
+_SYNONYMS = {
+    "enhancing": ("enhancing", "et", "enhancingtumor", "enhancingtumour"),
+    "necrotic_core": ("necroticcore", "ncr", "netc", "ncrnet", "necrotic", "nonenhancingtumorcore"),
+    "oedema": ("oedema", "edema", "ed", "snfh", "peritumoraledema", "surroundingnonenhancingflairhyperintensity"),
+}
+
+__all__ = ["Finished", "finished_cases", "grid_input", "label_mapping", "nifti_bytes", "remap", "write_predictions"]
+
+
+@dataclass
+class Finished:
+    """One case's exportable outputs, read from its folder."""
+    case: Case
+    folder: Path
+    masks: dict[str, Path] = field(default_factory=dict)  # deliverable -> NIfTI
+    docs: dict[str, dict[str, Any]] = field(default_factory=dict)  # deliverable -> its JSON (table, findings, ...)
+    inputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # sequence -> input record
+    used: dict[str, list[str]] = field(default_factory=dict)  # deliverable -> sequences it came from
+
+
+def _is_mask(path: Path) -> bool:
+    import nibabel as nib
+
+    img = nib.load(str(path))
+    return bool(mask_label_names(path)) or (np.issubdtype(img.get_data_dtype(), np.integer) and len(img.shape) == 3)
+
+
+def _read_one(out: Path, case: Case) -> Finished | None:
+    folder = out / case.id
+    prov_path = folder / "provenance.json"
+    if not (folder / "_DONE").exists() or not prov_path.exists():
+        return None
+    prov = json.loads(prov_path.read_text())
+    done = Finished(case=case, folder=folder)
+    for name, d in prov.get("deliverables", {}).items():
+        done.inputs.update({k: v for k, v in (d.get("inputs") or {}).items() if v})
+        done.used[name] = sorted(k for k, v in (d.get("inputs") or {}).items() if v)
+        files = [folder / f for f in d.get("files", {})]
+        nifti = [f for f in files if f.name.endswith((".nii", ".nii.gz")) and f.exists()]
+        if nifti and _is_mask(nifti[0]):
+            done.masks[name] = nifti[0]
+            continue
+        js = [f for f in files if f.suffix == ".json" and f.exists()]
+        if js:
+            doc = json.loads(js[0].read_text())
+            if isinstance(doc, dict) and doc.get("kind") in ("table", "findings", "classification"):
+                done.docs[name] = doc
+    return done
+
+
+def finished_cases(out: str | Path, cases: Iterable[Case]) -> list[Finished]:
+    """The cases of ``cases`` that finished (``_DONE``) under ``out``, with their outputs."""
+    found = []
+    for case in cases:
+        try:
+            one = _read_one(Path(out), case)
+        except (OSError, ValueError) as e:  # a damaged folder: the rest still export
+            log.warning("derivatives: cannot read the outputs of %s: %s", case.id, e)
+            continue
+        if one is not None:
+            found.append(one)
+    return found
+
+
+def _grid_of(rec: dict[str, Any]) -> tuple[tuple[int, ...], np.ndarray] | None:
+    """Shape and affine of an input (a NIfTI's header alone; other formats through their reader)."""
+    import nibabel as nib
+
+    from ..contracts.case import SequenceRef
+    from ..tools.io import load_sequence
+
+    try:
+        if rec.get("format", "nifti") == "nifti" and str(rec["path"]).endswith((".nii", ".nii.gz")):
+            img = nib.load(rec["path"])
+            return tuple(img.shape[:3]), np.asarray(img.affine)
+        art = load_sequence(SequenceRef(path=rec["path"], format=rec["format"], kind=rec.get("kind", "image"),
+                                        options=rec.get("options") or {}))
+        return tuple(art.data.shape[:3]), np.asarray(art.affine)
+    except (ToolError, OSError, ValueError, KeyError) as e:  # unreadable now: not a grid match
+        log.debug("derivatives: no grid for %s: %s", rec.get("path"), e)
+        return None
+
+
+def grid_input(done: Finished, name: str, formats: tuple[str, ...] | None = None) -> str | None:
+    """The input sequence whose grid (shape, affine) the mask ``name`` shares, if any."""
+    import nibabel as nib
+
+    mask = nib.load(str(done.masks[name]))
+    for seq in done.used.get(name) or list(done.inputs):
+        rec = done.inputs.get(seq, {})
+        if formats is not None and rec.get("format") not in formats:
+            continue
+        grid = _grid_of(rec) if rec.get("path") else None
+        if grid and grid[0] == tuple(mask.shape[:3]) and np.allclose(grid[1], mask.affine, atol=1e-3):
+            return seq
+    return None
+
+
+def _norm(name: str) -> str:
+    key = re.sub(r"[^a-z0-9]", "", str(name).lower())
+    return next((canon for canon, alts in _SYNONYMS.items() if key in alts), key)
+
+
+def _truth_labels(case: Case) -> list[dict[int, str]]:
+    refs = (case.ground_truth or {}).get("labels", {}) or {}
+    tables = [{int(k): str(v) for k, v in ((r.get("options") or {}).get("labels") or {}).items()}
+              for r in refs.values() if isinstance(r, dict)]
+    return [t for t in tables if t]
+
+
+def label_mapping(predicted: dict[int, str], case: Case) -> dict[int, int]:
+    """Predicted value -> the value the input dataset uses for that region (by name, through
+    :data:`_SYNONYMS`): BraTS 2021's ET is 4, BraTS 2023's is 3. Identity where the dataset
+    names no such region or has no label map."""
+    for table in _truth_labels(case):
+        by_name = {_norm(n): v for v, n in table.items()}
+        mapping = {v: by_name[_norm(n)] for v, n in predicted.items() if _norm(n) in by_name}
+        if mapping:
+            return {v: mapping.get(v, v) for v in predicted}
+    return {v: v for v in predicted}
+
+
+def _main_mask(done: Finished) -> str | None:
+    """The deliverable that is the case's prediction: the mask with the most labels."""
+    if not done.masks:
+        return None
+    return max(done.masks, key=lambda n: (len(mask_label_names(done.masks[n])), -list(done.masks).index(n)))
+
+
+def remap(path: Path, mapping: dict[int, int]) -> Any:
+    """The mask at ``path`` as a nibabel image with its values mapped (header, affine kept)."""
+    import nibabel as nib
+
+    img = nib.load(str(path))
+    data = np.asarray(img.dataobj)
+    if any(k != v for k, v in mapping.items()):
+        lut = data.copy()
+        for src, dst in mapping.items():
+            lut[data == src] = dst
+        data = lut
+    new = nib.Nifti1Image(data.astype(np.int16), img.affine, img.header)
+    new.header.set_xyzt_units("mm", "sec")
+    return new
+
+
+def write_predictions(out: str | Path, finished: Iterable[Finished]) -> list[Path]:
+    """``OUT/predictions/<case>.nii.gz``: each case's main mask in its dataset's label values
+    (the flat layout nnU-Net's and the BraTS evaluation scripts read)."""
+    from ..tools.io.nifti import atomic_write_bytes
+
+    written = []
+    for done in finished:
+        name = _main_mask(done)
+        if name is None:
+            continue
+        img = remap(done.masks[name], label_mapping(mask_label_names(done.masks[name]), done.case))
+        path = Path(out) / PREDICTIONS_DIR / f"{done.case.id}.nii.gz"
+        written.append(atomic_write_bytes(path, nifti_bytes(img)))
+    return written
+
+
+def nifti_bytes(img: Any) -> bytes:
+    import gzip
+
+    return gzip.compress(img.to_bytes(), compresslevel=6, mtime=0)
