@@ -161,7 +161,7 @@ def test_missing_middle_slice_is_rejected_as_uneven_spacing(tmp_path):
     paths[2].unlink()
     with pytest.raises(ToolError) as e:
         read_series(tmp_path / "s")
-    assert e.value.code is ErrorCode.schema and "not uniform" in e.value.message
+    assert e.value.code is ErrorCode.schema and "not uniform" in e.value.message and "IM_0004" in e.value.message
 
 
 def test_two_series_in_one_folder_need_a_series_uid(tmp_path):
@@ -197,3 +197,123 @@ def test_dwi_b_value_round_trips_through_dicom(tmp_path):
     assert read_series(tmp_path / "dwi").meta["b_value"] == 2000.0
     write_series(img, tmp_path / "t2", "AX_T2")
     assert "b_value" not in read_series(tmp_path / "t2").meta
+
+
+# ---- files we did not write: pydicom-data's enhanced MR and compressed variants ----------------
+def _testdata(name: str) -> Path:
+    path = get_testdata_file(name)  # pydicom-data (dev extra) carries the full set offline
+    assert path is not None, f"{name} not found: install the dev extra (pydicom-data)"
+    return Path(path)
+
+
+@pytest.mark.parametrize("name", ["MR_small_RLE.dcm", "MR_small_jpeg_ls_lossless.dcm", "MR_small_jp2klossless.dcm"])
+def test_lossless_compressed_files_decode_to_the_uncompressed_values(name):
+    got, want = read_series(_testdata(name)), read_series(_testdata("MR_small.dcm"))
+    assert got.shape == want.shape and np.array_equal(got.data, want.data)
+    np.testing.assert_allclose(got.affine, want.affine, atol=1e-9)
+    assert got.meta["transfer_syntax"] != want.meta["transfer_syntax"]
+
+
+def _with_frame_geometry(src: Path, out: Path) -> Path:
+    """emri_small* as shipped carry no functional groups: give each frame a plane position
+    (2.5 mm apart along an oblique normal) and shared orientation, spacing and rescale, keeping
+    the third-party pixel data (and its compression) as it is."""
+    from pydicom.dataset import Dataset
+    from pydicom.sequence import Sequence
+
+    ds = pydicom.dcmread(str(src))
+    iop = [0.0, 0.8, 0.6, 0.0, 0.6, -0.8]  # an oblique sagittal plane: normal (-1, 0, 0)
+    shared = Dataset()
+    ori, meas, pvt = Dataset(), Dataset(), Dataset()
+    ori.ImageOrientationPatient = iop
+    meas.PixelSpacing, meas.SliceThickness = [0.9, 0.8], 2.5
+    pvt.RescaleSlope, pvt.RescaleIntercept, pvt.RescaleType = 2, -10, "US"
+    shared.PlaneOrientationSequence = Sequence([ori])
+    shared.PixelMeasuresSequence = Sequence([meas])
+    shared.PixelValueTransformationSequence = Sequence([pvt])
+    ds.SharedFunctionalGroupsSequence = Sequence([shared])
+    normal = np.cross(iop[:3], iop[3:])
+    frames = []
+    for k in range(int(ds.NumberOfFrames)):
+        pos, item = Dataset(), Dataset()
+        pos.ImagePositionPatient = [float(v) for v in np.array([-30.0, 12.0, 4.0]) + 2.5 * k * normal]
+        item.PlanePositionSequence = Sequence([pos])
+        frames.append(item)
+    ds.PerFrameFunctionalGroupsSequence = Sequence(frames[::-1])  # frames stored top to bottom
+    ds.save_as(str(out))
+    return out
+
+
+@pytest.mark.parametrize("name", ["emri_small_jpeg_2k_lossless.dcm", "emri_small_RLE.dcm",
+                                  "emri_small_jpeg_ls_lossless.dcm", "emri_small_big_endian.dcm"])
+def test_enhanced_mr_frames_read_with_their_geometry_and_decoded_lossless(tmp_path, name):
+    plain = read_series(_with_frame_geometry(_testdata("emri_small.dcm"), tmp_path / "plain.dcm"))
+    raw = pydicom.dcmread(str(_testdata("emri_small.dcm"))).pixel_array.astype(np.float64)  # (frames, rows, cols)
+    assert plain.shape == (64, 64, 10) and plain.meta["n_files"] == 1
+    # frames stored top to bottom are stacked along the normal; rescale 2x - 10 applied per frame
+    np.testing.assert_array_equal(plain.data, (2 * raw - 10).transpose(2, 1, 0)[:, :, ::-1])
+    np.testing.assert_allclose(plain.spacing, (0.8, 0.9, 2.5), atol=1e-9)
+    np.testing.assert_allclose(plain.affine[:3, 3], np.diag([-1, -1, 1]) @ [-30.0, 12.0, 4.0], atol=1e-9)
+    got = read_series(_with_frame_geometry(_testdata(name), tmp_path / name))
+    assert np.array_equal(got.data, plain.data) and np.allclose(got.affine, plain.affine)
+
+
+def test_enhanced_mr_without_plane_geometry_is_a_schema_error_naming_the_file():
+    with pytest.raises(ToolError) as e:
+        read_series(_testdata("emri_small.dcm"))
+    assert e.value.code is ErrorCode.schema and e.value.context["file"].endswith("emri_small.dcm")
+    assert "PerFrameFunctionalGroupsSequence" in e.value.message
+
+
+def test_highdicom_legacy_converted_enhanced_mr_reads_like_its_source_series(tmp_path):
+    """highdicom (not us) turns our classic series into one multi-frame object."""
+    from highdicom.legacy import LegacyConvertedEnhancedMRImage
+    from pydicom.uid import generate_uid
+
+    data = np.random.default_rng(2).integers(0, 3000, (20, 16, 6)).astype(np.float32)
+    paths = write_series(Image(data, _oblique_affine(False)), tmp_path / "classic", "t2_tse_tra")
+    sources = [pydicom.dcmread(str(p)) for p in paths]
+    enh = LegacyConvertedEnhancedMRImage(sources, series_instance_uid=generate_uid(), series_number=9,
+                                         sop_instance_uid=generate_uid(), instance_number=1)
+    enh.save_as(str(tmp_path / "enhanced.dcm"))
+    got = read_series(tmp_path / "enhanced.dcm")
+    assert np.array_equal(got.data, data) and got.meta["n_slices"] == 6
+    np.testing.assert_allclose(got.affine, _oblique_affine(False), atol=1e-6)
+
+
+# ---- series we write and recompress ourselves ---------------------------------------------------
+@pytest.mark.parametrize("syntax", ["RLELossless", "JPEG2000Lossless"])
+def test_recompressed_series_decodes_to_the_original_values(tmp_path, syntax):
+    import pydicom.uid
+
+    data = np.random.default_rng(5).integers(0, 4000, (40, 32, 5)).astype(np.float32)
+    paths = write_series(Image(data, _oblique_affine(True)), tmp_path / "s", "AX_T2")
+    for p in paths:
+        ds = pydicom.dcmread(str(p))
+        ds.BitsStored, ds.HighBit = 12, 11  # 12-bit, as scanners store MR
+        ds.compress(getattr(pydicom.uid, syntax))
+        ds.save_as(str(p))
+    assert pydicom.dcmread(str(paths[0])).file_meta.TransferSyntaxUID == getattr(pydicom.uid, syntax)
+    back = read_series(tmp_path / "s")
+    assert np.array_equal(back.data, data)
+    np.testing.assert_allclose(back.affine, _oblique_affine(True), atol=1e-6)
+
+
+def test_a_missing_slice_names_its_neighbours_and_the_count_expected(tmp_path):
+    paths = write_series(Image(np.ones((6, 6, 5), np.float32), _oblique_affine(False)), tmp_path / "s", "AX_T2")
+    paths[2].unlink()
+    with pytest.raises(ToolError) as e:
+        read_series(tmp_path / "s")
+    msg = e.value.message
+    assert e.value.code is ErrorCode.schema and "IM_0002.dcm and IM_0004.dcm" in msg
+    assert "1 slice(s) missing: expected 5 slices" in msg and "found 4" in msg
+    assert e.value.context["file"].endswith("IM_0004.dcm")
+
+
+def test_a_duplicated_slice_is_an_error_not_a_longer_volume(tmp_path):
+    paths = write_series(Image(np.ones((6, 6, 4), np.float32), _oblique_affine(False)), tmp_path / "s", "AX_T2")
+    shutil.copy(paths[1], tmp_path / "s" / "IM_0002_copy.dcm")
+    with pytest.raises(ToolError) as e:
+        read_series(tmp_path / "s")
+    assert e.value.code is ErrorCode.schema and "share one slice position" in e.value.message
+    assert "the same instance twice" in e.value.message and "IM_0002" in e.value.context["file"]

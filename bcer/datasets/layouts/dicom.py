@@ -18,16 +18,21 @@ Reading identifies series by SeriesDescription, then ProtocolName, through the o
 table ``bcer.contracts.sequences.canonical_sequence`` (AX_T2 -> T2w, AX_DIFFUSION_ADC -> ADC,
 AX_DIFFUSION_CALC_BVAL -> DWI, ...), not by folder names: real exports nest series in any
 folder structure (or mix them in one folder). Series the table does not know are kept under
-their sanitised description. Only headers are read; pixels load lazily through
+their sanitised description. With ``seq`` (the CLI's ``--seq T2w='*t2*tra*'``) each named
+sequence is the one series whose SeriesDescription (or ProtocolName) the glob matches,
+case-insensitively; no match or several is an error listing the series the case has.
+Every chosen series is checked from its headers (orientation, duplicated or missing slices)
+when the case is read, so a broken series is named with its case before anything runs. Only headers are read; pixels load lazily through
 ``bcer.tools.io.load_sequence`` (format ``dicom``, ``options.series_uid``).
 """
 from __future__ import annotations
 
+import fnmatch
 import logging
 import re
 from itertools import islice
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -35,7 +40,7 @@ from ...contracts.artifacts import Image, Mask
 from ...contracts.case import Case, SequenceRef
 from ...contracts.errors import ErrorCode, ToolError
 from ...contracts.sequences import canonical_sequence
-from ...tools.io.dicom import list_series, sanitise_description, write_series
+from ...tools.io.dicom import check_series, list_series, sanitise_description, write_series
 from ..phantom import Phantom
 from ._common import read_each, read_truth, sanitize_case_id, write_truth, write_volume
 
@@ -187,17 +192,65 @@ def _guess_domain(names: Iterable[str]) -> str:
     return "unknown"
 
 
-def _read_case(d: Path) -> Case:
-    sequences: dict[str, SequenceRef] = {}
-    series = list_series(d)
+def _series_ref(s: dict[str, Any]) -> SequenceRef:
+    return SequenceRef(path=str(Path(s["folder"]).resolve()), format="dicom", kind="image",
+                       options={"series_uid": s["SeriesInstanceUID"], "series_description": s["SeriesDescription"],
+                                "n_files": s["n_files"]})
+
+
+def _by_alias(series: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every series under the name the alias table gives it (numbered when two share one)."""
+    out: dict[str, dict[str, Any]] = {}
     for s in series:
         name = series_name(s["SeriesDescription"], s["ProtocolName"])
-        if name in sequences:  # two series with one name: keep both, numbered
-            name = f"{name}_{s['SeriesNumber'] or len(sequences) + 1}"
-        sequences[name] = SequenceRef(path=str(Path(s["folder"]).resolve()), format="dicom", kind="image",
-                                      options={"series_uid": s["SeriesInstanceUID"],
-                                               "series_description": s["SeriesDescription"],
-                                               "n_files": s["n_files"]})
+        if name in out:  # two series with one name: keep both, numbered
+            name = f"{name}_{s['SeriesNumber'] or len(out) + 1}"
+        out[name] = s
+    return out
+
+
+def _listing(series: list[dict[str, Any]]) -> str:
+    return "; ".join(f"#{s['SeriesNumber']} {s['SeriesDescription'] or s['ProtocolName']!r} ({s['n_files']} files)"
+                     for s in series) or "none"
+
+
+def _matches(s: dict[str, Any], pattern: str) -> bool:
+    pat = pattern.lower()
+    return any(fnmatch.fnmatchcase(str(v).lower(), pat) for v in (s["SeriesDescription"], s["ProtocolName"]) if v)
+
+
+def _by_pattern(cid: str, d: Path, series: list[dict[str, Any]], seq: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """The one series each ``seq`` pattern (a glob on SeriesDescription or ProtocolName,
+    case-insensitive) matches.
+
+    Raises:
+        ToolError: ``input_missing`` when a pattern matches no series, ``schema`` when it
+            matches several; both list the series the case has.
+    """
+    out = {}
+    for name, pattern in seq.items():
+        seq_name = canonical_sequence(name) or name
+        hits = [s for s in series if _matches(s, pattern)]
+        if len(hits) != 1:
+            code = ErrorCode.input_missing if not hits else ErrorCode.schema
+            what = "no series matches" if not hits else f"{len(hits)} series match"
+            raise ToolError(code, f"case {cid}: {what} {seq_name}={pattern!r}; the case has: {_listing(series)}",
+                            hint="--seq patterns are globs on SeriesDescription (or ProtocolName), case-insensitive; "
+                            "make each match exactly one series", case=cid, file=str(d), arg="seq")
+        out[seq_name] = hits[0]
+    return out
+
+
+def _read_case(d: Path, seq: Mapping[str, str] | None = None) -> Case:
+    cid = sanitize_case_id(d.name)
+    series = list_series(d)
+    chosen = _by_pattern(cid, d, series, seq) if seq else _by_alias(series)
+    for name, s in chosen.items():  # headers only: a missing or doubled slice is named now
+        try:
+            check_series(s)
+        except ToolError as e:
+            raise e.with_context(case=cid, sequence=name)
+    sequences = {name: _series_ref(s) for name, s in chosen.items()}
     truth = read_truth(d)
     metadata = _header_metadata(series[0]["files"][0]) if series else {}
     gt = None
@@ -206,16 +259,23 @@ def _read_case(d: Path) -> Case:
         metadata.update(truth["metadata"])
         domain = truth.get("domain") or domain
         gt = {k: truth[k] for k in ("values", "labels", "references")}
-    return Case(id=sanitize_case_id(d.name), root=str(d.resolve()), domain=domain,
+    return Case(id=cid, root=str(d.resolve()), domain=domain,
                 sequences=sequences, metadata=metadata, ground_truth=gt, layout=NAME)
 
 
-def read(root: Path) -> list[Case]:
+def read(root: Path, seq: Mapping[str, str] | None = None) -> list[Case]:
     """Every case under ``root`` as a lazy Case (headers only; no pixel data is loaded).
 
+    Args:
+        root: the dataset folder (one sub-folder per case) or one case folder.
+        seq: sequence name -> SeriesDescription glob (``{"T2w": "*t2*tra*", "ADC": "*adc*"}``,
+            the CLI's ``--seq``); without it every series is named through the alias table.
+
     Raises:
-        ToolError: ``input_missing`` when ``root`` does not exist or holds no DICOM case;
-            ``schema`` for a damaged DICOM header or truth sidecar (naming the file).
+        ToolError: ``input_missing`` when ``root`` does not exist, holds no DICOM case, or a
+            pattern matches no series of a case; ``schema`` for a damaged header or truth
+            sidecar, a pattern matching several series, missing/duplicated slices or mixed
+            geometry (each naming the case and the file).
     """
     root = Path(root)
     if not root.is_dir():
@@ -224,7 +284,7 @@ def read(root: Path) -> list[Case]:
     if not dirs:
         raise ToolError(ErrorCode.input_missing, f"no DICOM case folders under {root}", file=str(root),
                         hint="expected <root>/<case>/<series>/*.dcm")
-    return read_each(dirs, _read_case, lambda d: d.name, lambda d: d, layout=NAME)
+    return read_each(dirs, lambda d: _read_case(d, seq), lambda d: d.name, lambda d: d, layout=NAME)
 
 
 def load_label(case: Case, name: str) -> Mask:

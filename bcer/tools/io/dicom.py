@@ -14,9 +14,10 @@ Geometry conventions (why each step is needed):
   common after conversion from NIfTI files with flipped axes), the slices are kept in
   InstanceNumber order: the affine then has a negative slice step and still maps every
   voxel to the same world point, and a written series reads back with the affine it had.
-- Stored values become ``raw * RescaleSlope + RescaleIntercept`` (per file), as float32.
-
-Enhanced (multi-frame) MR objects are not supported and give a ``schema`` error.
+- Stored values become ``raw * RescaleSlope + RescaleIntercept`` (per file or per frame), as float32.
+- Enhanced (multi-frame) objects are read frame by frame from their functional groups, and
+  compressed transfer syntaxes are decoded by pydicom's pylibjpeg plugins
+  (``bcer.tools.io.dicom_frames`` holds the frame geometry and the stack checks).
 """
 from __future__ import annotations
 
@@ -32,14 +33,13 @@ import numpy as np
 
 from ...contracts.artifacts import Image, Mask
 from ...contracts.errors import ErrorCode, ToolError
+from .dicom_frames import Frame, check_stack, frames_of
 
 log = logging.getLogger(__name__)
 
 MR_IMAGE_STORAGE = "1.2.840.10008.5.1.4.1.1.4"
 MEDIA_STORAGE_DIRECTORY = "1.2.840.10008.1.3.10"
 LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
-_GEOMETRY_TAGS = ("ImagePositionPatient", "ImageOrientationPatient", "PixelSpacing")
-_SPACING_RTOL = 0.01  # slice steps may differ by 1 % (rounding in IPP strings), no more
 
 
 def _is_candidate(path: Path) -> bool:
@@ -115,76 +115,68 @@ def list_series(folder: str | Path) -> list[dict[str, Any]]:
     return sorted(out, key=lambda s: (s["SeriesNumber"], s["SeriesDescription"], s["SeriesInstanceUID"]))
 
 
-def _require_tags(ds, path: Path) -> None:
-    missing = [t for t in _GEOMETRY_TAGS if t not in ds]
+def _require_pixels(ds, path: Path) -> None:
     if "PixelData" not in ds:
-        missing.append("PixelData")
-    if missing:
-        raise ToolError(ErrorCode.schema, f"DICOM file {path.name} lacks {missing}",
-                        hint="the file is truncated, or not an image with patient geometry", file=str(path))
-    if int(ds.get("NumberOfFrames", 1) or 1) > 1:
-        raise ToolError(ErrorCode.schema, f"{path.name} is a multi-frame (enhanced) object",
-                        hint="convert it to one file per slice (e.g. with dcm2niix or emf2sf)",
-                        file=str(path))
+        raise ToolError(ErrorCode.schema, f"DICOM file {path.name} lacks ['PixelData']",
+                        hint="the file is truncated, or not an image", file=str(path))
+    if int(ds.get("SamplesPerPixel", 1) or 1) != 1:
+        raise ToolError(ErrorCode.shape, f"{path.name} has {ds.SamplesPerPixel} samples per pixel; expected one "
+                        "grey-level channel", file=str(path))
 
 
-def _pixels(ds, path: Path) -> np.ndarray:
+def _decoded(ds, path: Path) -> np.ndarray:
+    """Stored values as (frames, rows, cols); compressed syntaxes go through pydicom's
+    decoders (pylibjpeg's openjpeg/libjpeg/rle plugins for JPEG 2000, JPEG-LS, JPEG, RLE)."""
     try:
         raw = ds.pixel_array
     except Exception as e:  # truncated pixel data, missing decoder, ...
-        raise ToolError(ErrorCode.schema, f"cannot decode pixel data of {path.name}: {type(e).__name__}: {e}",
-                        hint="the file is truncated or uses a compression no installed decoder handles",
-                        file=str(path)) from e
-    if raw.ndim != 2:
-        raise ToolError(ErrorCode.shape, f"{path.name} pixel data has shape {raw.shape}; expected one 2-D "
-                        "grey-level slice", file=str(path))
-    slope = float(ds.get("RescaleSlope", 1.0) or 1.0)
-    intercept = float(ds.get("RescaleIntercept", 0.0) or 0.0)
-    return (raw.astype(np.float64) * slope + intercept).astype(np.float32)
+        syntax = getattr(getattr(ds, "file_meta", None), "TransferSyntaxUID", None)
+        name = getattr(syntax, "name", str(syntax))
+        raise ToolError(ErrorCode.schema, f"cannot decode pixel data of {path.name} ({name}): "
+                        f"{type(e).__name__}: {e}",
+                        hint="the file is truncated, or its compression needs a decoder that is not installed "
+                        "(pylibjpeg, pylibjpeg-openjpeg, pylibjpeg-libjpeg, pylibjpeg-rle)", file=str(path)) from e
+    n = int(ds.get("NumberOfFrames", 1) or 1)
+    raw = raw[None] if raw.ndim == 2 else raw
+    if raw.ndim != 3 or raw.shape[0] != n:
+        raise ToolError(ErrorCode.shape, f"{path.name} pixel data has shape {raw.shape}; expected {n} grey-level "
+                        "frame(s)", file=str(path))
+    return raw
 
 
-def _slice_frame(ds) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, float]:
-    iop = np.asarray([float(v) for v in ds.ImageOrientationPatient], dtype=np.float64)
-    row_dir, col_dir = iop[:3], iop[3:]
-    normal = np.cross(row_dir, col_dir)
-    ps = [float(v) for v in ds.PixelSpacing]
-    return row_dir, col_dir, normal, ps[0], ps[1]
+def _frames(files: list[str], pixels: bool) -> tuple[list[Frame], dict[Path, Any]]:
+    frames, datasets = [], {}
+    for f in files:
+        path = Path(f)
+        ds = _read_header(path, pixels=pixels)
+        if pixels:
+            _require_pixels(ds, path)
+        datasets[path] = ds
+        frames += frames_of(ds, path)
+    return frames, datasets
 
 
-def _order_slices(items: list[tuple[Path, Any]], normal: np.ndarray) -> list[tuple[Path, Any]]:
-    pos = np.array([np.dot(normal, [float(v) for v in ds.ImagePositionPatient]) for _, ds in items])
-    order = list(np.argsort(pos, kind="stable"))
-    inst = [int(items[i][1].get("InstanceNumber", 0) or 0) for i in order]
-    if len(inst) > 1 and all(a > b for a, b in zip(inst, inst[1:])):
-        order.reverse()  # keep acquisition order for a left-handed stack (see module docstring)
-    return [items[i] for i in order]
+def _where(series: dict[str, Any]) -> str:
+    return f"series {series['SeriesDescription']!r} (#{series['SeriesNumber']}, {series['n_files']} files)"
 
 
-def _slice_step(items: list[tuple[Path, Any]], normal: np.ndarray, path: Path) -> np.ndarray:
-    """The LPS vector from one slice origin to the next, checked for a uniform spacing."""
-    ipp = np.array([[float(v) for v in ds.ImagePositionPatient] for _, ds in items])
-    if len(items) == 1:
-        ds = items[0][1]
-        thick = float(ds.get("SpacingBetweenSlices", 0) or 0) or float(ds.get("SliceThickness", 0) or 0) or 1.0
-        return normal * thick
-    steps = np.diff(ipp, axis=0)
-    dist = np.linalg.norm(steps, axis=1)
-    if np.min(dist) < 1e-6:
-        dup = items[int(np.argmin(dist)) + 1][0]
-        raise ToolError(ErrorCode.schema, f"two slices share one position in {path.name} (e.g. {dup.name})",
-                        hint="the folder mixes several acquisitions or time points; split them", file=str(dup))
-    if np.max(np.abs(dist - np.median(dist))) > _SPACING_RTOL * np.median(dist):
-        raise ToolError(ErrorCode.schema, f"slice spacing in {path.name} is not uniform "
-                        f"(from {dist.min():.3f} to {dist.max():.3f} mm)",
-                        hint="a slice is missing or the series mixes stacks", file=str(path))
-    return (ipp[-1] - ipp[0]) / (len(items) - 1)
+def check_series(series: dict[str, Any]) -> int:
+    """Check from headers alone that a ``list_series`` entry is one volume; returns its slice count.
+
+    Raises:
+        ToolError: ``schema`` for missing geometry, mixed orientations, duplicated or missing
+            slices (naming the files and what was expected).
+    """
+    frames, _ = _frames(series["files"], pixels=False)
+    return len(check_stack(frames, _where(series))[0])
 
 
 def read_series(folder: str | Path, series_uid: str | None = None) -> Image:
     """Read one DICOM series as an Image with its RAS affine.
 
     Args:
-        folder: a folder holding the series (searched recursively), or a single file.
+        folder: a folder holding the series (searched recursively), or a single file (a
+            one-slice image or an enhanced multi-frame object).
         series_uid: which SeriesInstanceUID to read when the folder holds several.
 
     Returns:
@@ -193,8 +185,8 @@ def read_series(folder: str | Path, series_uid: str | None = None) -> Image:
 
     Raises:
         ToolError: ``input_missing`` (no folder / no DICOM files), ``schema`` (truncated or
-            damaged file, several series and no ``series_uid``, inconsistent geometry),
-            ``shape`` (slices of different matrix size).
+            damaged file, several series and no ``series_uid``, inconsistent geometry,
+            duplicated or missing slices, no decoder), ``shape`` (slices of different matrix size).
     """
     folder = Path(folder)
     series = list_series(folder)
@@ -208,42 +200,40 @@ def read_series(folder: str | Path, series_uid: str | None = None) -> Image:
         names = [f"{s['SeriesDescription']} ({s['SeriesInstanceUID']})" for s in series]
         raise ToolError(ErrorCode.schema, f"{folder} holds {len(series)} series: {names}",
                         hint="pass series_uid to choose one", file=str(folder))
-    items = []
-    for f in series[0]["files"]:
-        path = Path(f)
-        ds = _read_header(path, pixels=True)
-        _require_tags(ds, path)
-        items.append((path, ds))
-    return _assemble(items, folder)
+    frames, datasets = _frames(series[0]["files"], pixels=True)
+    return _assemble(frames, datasets, folder, _where(series[0]))
 
 
-def _assemble(items: list[tuple[Path, Any]], folder: Path) -> Image:
-    row_dir, col_dir, normal, row_sp, col_sp = _slice_frame(items[0][1])
-    for path, ds in items[1:]:
-        if not np.allclose(_slice_frame(ds)[0:2], (row_dir, col_dir), atol=1e-4):
-            raise ToolError(ErrorCode.schema, f"{path.name} has another slice orientation than the rest "
-                            "of its series", hint="the series mixes stacks (e.g. a localizer)", file=str(path))
-    items = _order_slices(items, normal)
-    step = _slice_step(items, normal, folder)
+def _stacked(ordered: list[Frame], datasets: dict[Path, Any]) -> np.ndarray:
+    decoded: dict[Path, np.ndarray] = {}
     slices = []
-    for path, ds in items:
-        px = _pixels(ds, path)
+    for f in ordered:
+        if f.path not in decoded:
+            decoded[f.path] = _decoded(datasets[f.path], f.path)
+        px = decoded[f.path][f.index or 0].astype(np.float64) * f.slope + f.intercept
         if slices and px.shape != slices[0].shape:
-            raise ToolError(ErrorCode.shape, f"{path.name} has matrix {px.shape}, the series has "
-                            f"{slices[0].shape}", file=str(path))
-        slices.append(px)
-    data = np.ascontiguousarray(np.stack(slices, axis=-1).transpose(1, 0, 2))  # (rows, cols, z) -> (X, Y, Z)
+            raise ToolError(ErrorCode.shape, f"{f.name} has matrix {px.shape}, the series has {slices[0].shape}",
+                            file=str(f.path))
+        slices.append(px.astype(np.float32))
+    return np.ascontiguousarray(np.stack(slices, axis=-1).transpose(1, 0, 2))  # (rows, cols, z) -> (X, Y, Z)
+
+
+def _assemble(frames: list[Frame], datasets: dict[Path, Any], folder: Path, where: str) -> Image:
+    ordered, step = check_stack(frames, where)
+    data = _stacked(ordered, datasets)
+    row_sp, col_sp = ordered[0].pixel_spacing
     lps = np.eye(4)
-    lps[:3, 0] = row_dir * col_sp
-    lps[:3, 1] = col_dir * row_sp
+    lps[:3, 0] = ordered[0].iop[:3] * col_sp
+    lps[:3, 1] = ordered[0].iop[3:] * row_sp
     lps[:3, 2] = step
-    lps[:3, 3] = [float(v) for v in items[0][1].ImagePositionPatient]
-    first = items[0][1]
+    lps[:3, 3] = ordered[0].ipp
+    first = datasets[ordered[0].path]
     meta = {"source": str(folder), "format": "dicom",
             "SeriesInstanceUID": str(first.get("SeriesInstanceUID", "")),
             "SeriesDescription": str(first.get("SeriesDescription", "") or ""),
             "ProtocolName": str(first.get("ProtocolName", "") or ""),
-            "Modality": str(first.get("Modality", "") or ""), "n_files": len(items)}
+            "Modality": str(first.get("Modality", "") or ""), "n_files": len(datasets), "n_slices": len(ordered),
+            "transfer_syntax": str(getattr(getattr(first, "file_meta", None), "TransferSyntaxUID", "") or "")}
     if first.get("DiffusionBValue") is not None:  # (0018,9087): a DWI series' b-value, s/mm^2
         meta["b_value"] = float(first.DiffusionBValue)
     if not np.all(np.isfinite(data)):
