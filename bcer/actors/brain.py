@@ -385,6 +385,20 @@ class OfflineBrain:
             return None
         return None if revised == sketch else revised
 
+    def finish(self, sketch: PlanSketch, case: Case, contract: TaskContract | None = None) -> PlanSketch:
+        """Step 3 (finishing touches) on any sketch: optional ports and metadata-named params
+        bound by the rules :meth:`plan` uses; nothing set in ``sketch`` is changed. The LLM
+        Brain completes a decoded plan with it (choices it has no reason to ask a model)."""
+        b = self._builder(sketch.goal, case, contract)
+        b.adopt(sketch)
+        return self._finish(b, sketch.goal, case, contract)
+
+    def ranking(self, goal: str, case: Case, contract: TaskContract | None = None
+                ) -> tuple[Any, dict[str, int]]:
+        """(tool rank key, canonical sequence -> preference): how :meth:`plan` orders options."""
+        b = self._builder(goal, case, contract)
+        return b._tool_rank, dict(b.pref)
+
     # ---- steps ----------------------------------------------------------------------------
     def _builder(self, goal: str, case: Case, contract: TaskContract | None) -> _Builder:
         return _Builder(case, contract, goal, plannable_tools(case, contract, self._registry))

@@ -35,9 +35,11 @@ from ..contracts import Case, ErrorCode, PlanSketch, PlanStep, TaskContract, Too
 from ..contracts.sequences import canonical_sequence
 from ..engine.compiler import CompileError, compile_plan
 from ..engine.tokens import RUNTIME_KEYS
-from .brain import OfflineBrain, plannable_tools
+from .brain import OfflineBrain, goal_milestones, plannable_tools
 from .events import PendingEvents
 from .llm.base import LLMBackend, LLMReply, Message
+from .llm.decode import StepDecoder
+from .llm.steps import case_summary, step_id
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +53,6 @@ SYSTEM = (
 EXAMPLE = ('{"steps":[{"tool":"a.first","id":"a_first","args":{"image":"@seq.T2"}},'
            '{"tool":"b.second","id":"b_second","args":{"image":"@seq.T2","mask":"@node.a_first.mask"}}]}')
 
-
-def step_id(tool: str, i: int = 1) -> str:
-    """The id of the i-th step using ``tool`` (as the offline Brain names them)."""
-    base = re.sub(r"[^A-Za-z0-9_]", "_", tool)
-    return base if i == 1 else f"{base}_{i}"
 
 
 # ---- the schema ---------------------------------------------------------------------------------
@@ -154,28 +151,6 @@ def plan_schema(tools: Mapping[str, ToolSpec], case: Case, max_steps: int = 8,
 
 
 # ---- the prompt ---------------------------------------------------------------------------------
-
-def case_summary(case: Case) -> str:
-    """Sequences (kind, shape, spacing from headers where cheap) and metadata keys; no values."""
-    lines = [f"case {case.id} (domain {case.domain})", "sequences:"]
-    for key, ref in sorted(case.sequences.items()):
-        lines.append(f"  @seq.{key}: {ref.kind.value}{_header(ref)}")
-    lines.append(f"metadata keys: {', '.join(sorted(case.metadata)) or 'none'}")
-    return "\n".join(lines)
-
-
-def _header(ref: Any) -> str:
-    if ref.format not in ("nifti", "nifti_frames"):  # other formats would be loaded whole: skip
-        return f" ({ref.format})"
-    try:
-        from ..datasets.layouts._common import sequence_header
-
-        h = sequence_header(ref)
-        return (f", shape {'x'.join(str(int(n)) for n in h['shape'])}, spacing "
-                f"{'x'.join(f'{float(s):.2g}' for s in h['spacing'])} mm")
-    except Exception:  # an unreadable header is the loader's error to report, not the planner's
-        return ""
-
 
 def _param_text(name: str, schema: dict[str, Any]) -> str:
     bounds = [f"{op} {schema[k]}" for k, op in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="),
@@ -276,7 +251,12 @@ class LLMBrain:
 
     def __init__(self, backend: LLMBackend, fallback: Any = None, max_revisions: int = 2, k: int = 1,
                  temperature: float = 0.7, max_tokens: int = 512, max_steps: int = 8, seed: int = 0,
-                 registry: Mapping[str, Any] | None = None, revise_temperature: float = 0.7):
+                 registry: Mapping[str, Any] | None = None, revise_temperature: float = 0.7,
+                 decoding: str = "steps", max_reasks: int = 2):
+        if decoding not in ("steps", "plan"):
+            raise ToolError(ErrorCode.value_range, f"decoding must be 'steps' or 'plan', got {decoding!r}",
+                            arg="decoding")
+        self.decoding = decoding
         self.backend, self.fallback = backend, fallback
         self.max_revisions, self.k, self.max_tokens, self.max_steps = max_revisions, k, max_tokens, max_steps
         self.temperature = temperature if k > 1 else 0.0
@@ -287,6 +267,10 @@ class LLMBrain:
         self._registry = registry
         self.events = PendingEvents()
         self.name = "llm" + (f",{getattr(fallback, 'name', 'fallback')}" if fallback is not None else "")
+        self.decoder = StepDecoder(backend, self.events, k=k, temperature=self.temperature,
+                                   revise_temperature=self.revise_temperature, max_tokens=max_tokens,
+                                   max_steps=max_steps, max_reasks=max_reasks, max_revisions=max_revisions,
+                                   seed=seed, registry=registry)
 
     # ---- the planner interface ----------------------------------------------------------------
     def plan(self, goal: str, case: Case, contract: TaskContract | None = None) -> PlanSketch:
@@ -297,8 +281,9 @@ class LLMBrain:
                 the backend's ``resource``/``timeout``) when there is no fallback.
         """
         t0 = time.perf_counter()
+        stats: dict[str, Any] = {}
         try:
-            sketch, rounds = self._plan_llm(goal, case, contract)
+            sketch, rounds, stats = self._plan_llm(goal, case, contract)
         except ToolError as e:
             if self.fallback is None:
                 raise
@@ -309,14 +294,26 @@ class LLMBrain:
             return self.fallback.plan(goal, case, contract)
         self.events.add(case.id, "plan_accepted", message=f"{len(sketch.steps)} steps from the model",
                         duration_s=round(time.perf_counter() - t0, 4),
-                        data={"planner": "llm", "revisions": rounds, "backend": self.backend.name,
-                              "model": self.backend.model, "tools": [s.tool for s in sketch.steps]})
+                        data={"planner": "llm", "decoding": self.decoding, "revisions": rounds,
+                              "backend": self.backend.name, "model": self.backend.model,
+                              "tools": [s.tool for s in sketch.steps], **stats})
         return sketch
 
     def revise(self, sketch: PlanSketch, errors: list[ToolError], case: Case,
                contract: TaskContract | None = None) -> PlanSketch | None:
-        """One more model round with the compiler's errors; None when it gives no valid sketch."""
+        """One more model round with the compiler's errors; None when it gives no valid sketch.
+
+        Step decoding bans the options the errors name and decodes the plan again."""
         tools = self._tools(case, contract)
+        if self.decoding == "steps":
+            from .llm.decode import bans
+
+            try:
+                revised, _, _ = self.decoder.plan(sketch.goal, case, contract, tools, self._domain(case, contract),
+                                                  bans(errors, sketch))
+            except ToolError:
+                return None
+            return None if revised == sketch else revised
         messages = plan_messages(sketch.goal, case, contract, tools)
         messages += [{"role": "assistant", "content": _steps_json(sketch)}, feedback_message(errors)]
         try:
@@ -342,15 +339,19 @@ class LLMBrain:
             return contract.domain
         return case.domain if case.domain not in ("", "unknown") else "general"
 
-    def _plan_llm(self, goal: str, case: Case, contract: TaskContract | None) -> tuple[PlanSketch, int]:
+    def _plan_llm(self, goal: str, case: Case, contract: TaskContract | None
+                  ) -> tuple[PlanSketch, int, dict[str, Any]]:
         OfflineBrain._check_domain(goal, case, contract)  # a wrong-domain case is no model's job
         tools = self._tools(case, contract)
+        if self.decoding == "steps":
+            sketch, rounds, stats = self.decoder.plan(goal, case, contract, tools, self._domain(case, contract))
+            return sketch, rounds, stats.as_dict()
         messages = plan_messages(goal, case, contract, tools)
         for rnd in range(self.max_revisions + 1):
             sketch, best_text, errors = self._round(messages, tools, goal, case, contract,
                                                     "plan" if rnd == 0 else "revise", rnd)
             if sketch is not None:
-                return sketch, rnd
+                return sketch, rnd, {}
             messages = messages + [{"role": "assistant", "content": best_text}, feedback_message(errors)]
         first = errors[0]
         raise ToolError(first.code, f"no valid plan from the model after {self.max_revisions} revision(s): "

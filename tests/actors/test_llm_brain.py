@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bcer.actors.brain import OfflineBrain, plannable_tools
-from bcer.actors.llm_brain import LLMBrain, plan_schema
+from bcer.actors.llm_brain import LLMBrain, plan_schema  # whole-plan decoding (decoding="plan")
 from bcer.contracts import Case, ErrorCode, Image, SequenceRef, ToolError, load_contract
 from bcer.engine.planning import plan_and_compile
 from bcer.tools.io import write_nifti
@@ -78,7 +78,7 @@ def test_schema_offers_only_sequences_the_contract_gives_the_port(case: Case) ->
 def test_valid_answer_compiles_and_is_recorded(case: Case) -> None:
     contract = load_contract("segment_brain")
     backend = fake.ScriptedBackend([plan_json(SEG)])
-    brain = LLMBrain(backend)
+    brain = LLMBrain(backend, decoding="plan")
     sketch, wf, revisions = plan_and_compile(brain, contract.goal, case, contract)
     assert [n.tool for n in wf.nodes] == ["seg.brain_tumor"] and revisions == 0
     prompt = "\n".join(m["content"] for m in backend.requests[0]["messages"])
@@ -100,7 +100,7 @@ def test_invalid_answers_are_rejected_then_revised_with_errors(case: Case) -> No
     answers = ["{not json", plan_json({**SEG, "tool": "shell.exec"}),
                plan_json({**SEG, "args": {**SEG["args"], "t1": "@seq.T9"}}), plan_json(SEG)]
     backend = fake.ScriptedBackend(answers)
-    brain = LLMBrain(backend, max_revisions=3)
+    brain = LLMBrain(backend, max_revisions=3, decoding="plan")
     sketch = brain.plan(contract.goal, case, contract)
     assert [s.tool for s in sketch.steps] == ["seg.brain_tumor"]
     events = brain.pop_events(case.id)
@@ -118,15 +118,16 @@ def test_invalid_answers_are_rejected_then_revised_with_errors(case: Case) -> No
 def test_no_valid_plan_is_a_typed_error_or_the_fallback(case: Case) -> None:
     contract = load_contract("segment_brain")
     with pytest.raises(ToolError) as err:
-        LLMBrain(fake.ScriptedBackend(["nope"]), max_revisions=1).plan(contract.goal, case, contract)
+        LLMBrain(fake.ScriptedBackend(["nope"]), max_revisions=1, decoding="plan").plan(contract.goal, case, contract)
     assert err.value.code is ErrorCode.schema and "after 1 revision" in err.value.message
-    brain = LLMBrain(fake.ScriptedBackend(["nope"]), fallback=OfflineBrain(), max_revisions=1)
+    brain = LLMBrain(fake.ScriptedBackend(["nope"]), fallback=OfflineBrain(), max_revisions=1, decoding="plan")
     assert brain.name == "llm,offline"
     sketch = brain.plan(contract.goal, case, contract)
     assert [s.tool for s in sketch.steps] == ["seg.brain_tumor"]
     kinds = [e["kind"] for e in brain.pop_events(case.id)]
     assert kinds.count("llm_call") == 2 and kinds[-1] == "plan_fallback"
-    down = LLMBrain(fake.ScriptedBackend([ToolError("resource", "server down")]), fallback=OfflineBrain())
+    down = LLMBrain(fake.ScriptedBackend([ToolError("resource", "server down")]), fallback=OfflineBrain(),
+                    decoding="plan")
     down.plan(contract.goal, case, contract)
     events = down.pop_events(case.id)
     assert events[0]["kind"] == "llm_call" and events[0]["error_code"] == "resource"
@@ -136,7 +137,7 @@ def test_no_valid_plan_is_a_typed_error_or_the_fallback(case: Case) -> None:
 def test_pass_at_k_takes_the_first_candidate_that_compiles(case: Case) -> None:
     contract = load_contract("segment_brain")
     backend = fake.ScriptedBackend([["[]", plan_json({**SEG, "tool": "seg.cardiac"}), plan_json(SEG)]])
-    brain = LLMBrain(backend, k=3)
+    brain = LLMBrain(backend, k=3, decoding="plan")
     sketch = brain.plan(contract.goal, case, contract)
     assert sketch.steps[0].tool == "seg.brain_tumor" and len(backend.requests) == 1
     assert backend.requests[0]["n"] == 3 and backend.requests[0]["temperature"] > 0
@@ -147,7 +148,7 @@ def test_pass_at_k_takes_the_first_candidate_that_compiles(case: Case) -> None:
 def test_revise_asks_once_more_and_wrong_domain_is_not_asked(case: Case) -> None:
     contract = load_contract("segment_brain")
     backend = fake.ScriptedBackend([plan_json(SEG)])
-    brain = LLMBrain(backend)
+    brain = LLMBrain(backend, decoding="plan")
     broken = brain.plan(contract.goal, case, contract).model_copy(deep=True)
     broken.steps[0].args["t1"] = "@seq.T9"
     revised = brain.revise(broken, [ToolError("bad_reference", "no T9", step="seg_brain_tumor", arg="t1")],
@@ -155,7 +156,7 @@ def test_revise_asks_once_more_and_wrong_domain_is_not_asked(case: Case) -> None
     assert revised is not None and revised.steps[0].args["t1"] == "@seq.T1"
     assert "no T9" in backend.requests[-1]["messages"][-1]["content"]
     with pytest.raises(ToolError) as err:
-        LLMBrain(backend).plan("grade", case, load_contract("cardiac_report"))
+        LLMBrain(backend, decoding="plan").plan("grade", case, load_contract("cardiac_report"))
     assert err.value.code is ErrorCode.input_missing and len(backend.requests) == 2  # no model call
 
 

@@ -158,7 +158,7 @@ def test_llm_brain_over_http_rejects_malformed_and_unknown_tools_and_uses_n(http
     serve_models(httpserver)
     httpserver.expect_oneshot_request("/v1/chat/completions").respond_with_json(completion("{oops", unknown))
     httpserver.expect_oneshot_request("/v1/chat/completions").respond_with_json(completion(unknown, good))
-    brain = LLMBrain(backend(httpserver), k=2, max_revisions=1)
+    brain = LLMBrain(backend(httpserver), k=2, max_revisions=1, decoding="plan")
     sketch = brain.plan(contract.goal, case, contract)
     assert [s.tool for s in sketch.steps] == ["seg.brain_tumor"]
     sent = bodies(httpserver)

@@ -43,13 +43,16 @@ def test_local_model_answers_inside_the_schema(local) -> None:
 
 
 def test_local_model_plans_denoise_end_to_end(local, tmp_path) -> None:
-    path = write_nifti(Image(np.ones((8, 8, 4), np.float32), np.eye(4)), tmp_path / "t1.nii.gz")
-    case = Case(id="l1", root=str(tmp_path), domain="brain", sequences={"T1": SequenceRef(path=str(path))},
-                metadata={"age": 50})
+    seqs = {}
+    for name in ("T2", "FLAIR"):  # no T1: the model chooses which alternative to denoise
+        path = write_nifti(Image(np.ones((8, 8, 4), np.float32), np.eye(4)), tmp_path / f"{name}.nii.gz")
+        seqs[name] = SequenceRef(path=str(path))
+    case = Case(id="l1", root=str(tmp_path), domain="brain", sequences=seqs, metadata={"age": 50})
     events: list[dict] = []
     sketch, workflow, _ = plan_case(case, task="denoise", planner="llm", llm=local, events=events)
-    assert [n.tool for n in workflow.nodes] == ["denoise.nlm"]  # the only allowed tool: it chose and bound it
-    assert workflow.nodes[0].inputs == {"image": "@seq.T1"} and workflow.deliverables[0].name == "denoised"
+    assert [n.tool for n in workflow.nodes] == ["denoise.nlm"]  # the only allowed tool (autofilled)
+    assert workflow.nodes[0].inputs["image"] in ("@seq.T2", "@seq.FLAIR")
+    assert workflow.deliverables[0].name == "denoised"
     calls = [e for e in events if e["kind"] == "llm_call"]
     assert calls[-1]["data"]["accepted"] is True and calls[-1]["data"]["backend"] == "local"
     assert not any(e["kind"] == "plan_fallback" for e in events)
