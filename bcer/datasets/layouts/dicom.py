@@ -88,10 +88,15 @@ def detect(root: Path) -> bool:
 
 def _canonical_prefix(text: str) -> str | None:
     """Canonical name of ``text`` or of its longest ``_``-separated prefix: scanners append
-    plane and options (``t2_tse_tra`` -> ``t2_tse`` -> T2w, ``AX_T2_FS`` -> ``AX_T2``)."""
+    plane and options (``t2_tse_tra`` -> ``t2_tse`` -> T2w, ``AX_T2_FS`` -> ``AX_T2``); failing
+    that, of its longest suffix (Siemens diffusion maps end in ``_ADC`` or ``_CALC_BVAL``)."""
     tokens = sanitise_description(text).split("_")
     for n in range(len(tokens), 0, -1):
         name = canonical_sequence("_".join(tokens[:n]))
+        if name:
+            return name
+    for n in range(1, len(tokens)):  # then suffixes: ``ep2d_diff_b50_800_ADC`` -> ``ADC``
+        name = canonical_sequence("_".join(tokens[n:]))
         if name:
             return name
     return None
