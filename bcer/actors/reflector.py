@@ -31,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..contracts.artifacts import ArtifactKind
 from ..contracts.case import Case
 from ..contracts.errors import ErrorCode
-from ..contracts.repair import Failure, Halt, Patch  # re-exported: the models live in contracts
+from ..contracts.repair import HALT_AT_ONCE, Failure, Halt, Patch  # re-exported: they live in contracts
 from ..contracts.task import TaskContract
 from ..contracts.workflow import Node, Workflow
 from ..engine.compiler import CompileError, resolve_registry, validate_node
@@ -40,7 +40,6 @@ from .events import PendingEvents
 
 log = logging.getLogger(__name__)
 
-HALT_AT_ONCE = frozenset({ErrorCode.sandbox, ErrorCode.input_missing})
 # the tool that puts an image on another image's grid (the insert repair of a grid mismatch)
 RESAMPLER = "resample.to_grid"
 _SHRINKABLE = re.compile(r"(window|patch|roi|batch)", re.IGNORECASE)

@@ -28,7 +28,7 @@ from ..contracts.task import TaskContract
 from ..contracts.workflow import Node, Workflow
 from ..engine.compiler import resolve_registry
 from .events import PendingEvents
-from .reflector import HALT_AT_ONCE, Failure, Halt, Patch
+from ..contracts.repair import HALT_AT_ONCE, Failure, Halt, Patch
 
 log = logging.getLogger(__name__)
 ACTIONS = ("retry", "insert", "skip", "halt")

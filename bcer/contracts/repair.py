@@ -77,4 +77,8 @@ class Halt(BaseModel):
     reason: str
 
 
-__all__ = ["Failure", "Halt", "Patch"]
+# failures no patch can fix (a path outside the sandbox, an input the case does not have): the
+# case halts at once, every repair tier agrees
+HALT_AT_ONCE = frozenset({ErrorCode.sandbox, ErrorCode.input_missing})
+
+__all__ = ["Failure", "HALT_AT_ONCE", "Halt", "Patch"]

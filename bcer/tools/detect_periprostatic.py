@@ -15,8 +15,8 @@ from scipy import ndimage
 from ..contracts.artifacts import Image
 from .quant import max_diameter_mm
 
-if TYPE_CHECKING:  # only the type: detect imports this module
-    from .detect import LesionParams
+if TYPE_CHECKING:
+    from .detect_params import LesionParams
 
 
 def not_a_lesion(comp: np.ndarray, a: np.ndarray, d: np.ndarray, ref: np.ndarray, dnorm: np.ndarray,
