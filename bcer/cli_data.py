@@ -24,6 +24,13 @@ def _cell_sequences(seqs: dict) -> str:
                      for k, v in seqs.items())
 
 
+def _cell_truth(gt: dict) -> str:
+    labels, values = gt.get("labels", []), gt.get("values", [])
+    more = f" +{len(values) - 4}" if len(values) > 4 else ""
+    return "\n".join(x for x in (f"labels: {', '.join(labels)}" if labels else "",
+                                 f"values: {', '.join(values[:4])}{more}" if values else "") if x) or "-"
+
+
 def data_inspect(root: Path = typer.Argument(..., help="dataset folder, one case folder, or a mapping file"),
                  layout: O.Layout = None, as_json: bool = typer.Option(False, "--json", help="print JSON"),
                  seq: O.Seq = None) -> None:
@@ -47,6 +54,6 @@ def data_inspect(root: Path = typer.Argument(..., help="dataset folder, one case
     for c in rows:
         gt = c.get("ground_truth") or {}
         t.add_row(c["case"], c["domain"], _cell_sequences(c["sequences"]),
-                  ", ".join(gt.get("labels", []) + gt.get("values", [])[:4]),
+                  _cell_truth(gt),
                   "\n".join(c["tasks"]) or "-", escape("\n".join(c["issues"])))
     V.console.print(t)
