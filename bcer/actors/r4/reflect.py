@@ -18,14 +18,24 @@ from typing import Iterable
 
 from ...metrics import box_iou
 from ...tools.reporting.evidence import Evidence
-from ...tools.reporting.lexicon import (ACDC_CODE, ACDC_PHRASE, CHAMBER, CLAUSE, CODE, CONCEPTS, DOMAIN_CONCEPTS,
-                                        GRADE, LESION_ID, LINKED_NUMBER, NEGATION, NUMBER, PIRADS, SIDE, SUBJECTS,
-                                        ZONE, ZONE_CODES, ZONE_WORDS, side_of, with_side)
-from ...tools.reporting.prose import Draft, default_plan, num, slot_sentences, value_text
+from ...tools.reporting.lexicon import (ACDC_CODE, ACDC_PHRASE, CATEGORY_LIKELIHOOD, CHAMBER, CLAUSE, CODE, CONCEPTS,
+                                        DOMAIN_CONCEPTS, GRADE, LESION_ID, LIKELIHOOD, LIKELIHOOD_CATEGORY,
+                                        LINKED_NUMBER, METADATA, NEG_PREFIX, NEG_SUFFIX, NEGATION, PIRADS,
+                                        PIRADS_VERSION, SIDE, SUBJECTS, UNSUPPORTED_FINDINGS, WHO_GRADE, ZONE,
+                                        ZONE_CODES, ZONE_WORDS, side_of, who_grade, with_side)
+from ...tools.reporting.prose import Draft, default_plan, num, slot_sentences, unit_text, value_text
 from .issues import Fix, Issue
+from .quantities import _unit, fact_dim, ground, quantities
 
 BOX_IOU_MIN = 0.5
 _NEG_WINDOW_WORDS = 6
+# the evidence entity a concept is about (issues name evidence entities)
+CONCEPT_ENTITY = {"enhancement": "enhancing", "necrosis": "necrotic_core", "oedema": "oedema",
+                  "suspicious lesion": "", "LV dilatation": "lv", "RV dilatation": "rv", "LV hypertrophy": "lv",
+                  "regional wall motion abnormality": "heart", "reduced LV ejection fraction": "lv",
+                  "reduced RV ejection fraction": "rv"}
+_COMPARE = re.compile(r"\b(LV|RV|left ventricle|right ventricle)\s+(?:is|appears)\s+(?:\w+\s+)?(larger|bigger|more dilated|"
+                      r"smaller)\s+than\s+(?:the\s+)?(LV|RV|left ventricle|right ventricle|left|right)\b", re.I)
 
 
 def _tolerance(printed: str) -> float:
@@ -56,7 +66,8 @@ class _Sentence:
     def __init__(self, section: str, idx: int, text: str, ev: Evidence):
         self.section, self.idx, self.s, self.ev = section, idx, text, ev
         self.issues: list[Issue] = []
-        self.grounded = False
+        self.stated: set[str] = set()  # facts the sentence states (linked or by value)
+        self.grounded = self.closed = False
         self.lesions = []
         for m in LESION_ID.finditer(text):
             lid = f"lesion_{int(m.group(1))}"
@@ -85,12 +96,25 @@ def _numbers(st: _Sentence, decimals: int) -> list[tuple[int, int]]:
         if f is None:
             st.add("unsupported", m.span(), f"evidence {fid!r} does not exist", Fix(op="delete_sentence"), ids=[fid])
             continue
-        printed = m.group(1)
-        if abs(float(printed) - f.value) > _tolerance(printed):
+        printed, unit = m.group(1), m.group(2).strip()
+        conv, (fdim, ffac) = _unit(unit) if unit else None, fact_dim(f)
+        if conv is not None and fdim not in ("", "plain") and conv[0] == fdim:  # through its unit: 7.1 cm is 71 mm
+            off = abs(float(printed) * conv[1] - f.value * ffac) > _tolerance(printed) * conv[1]
+        else:
+            off = abs(float(printed) - f.value) > _tolerance(printed) or (conv is not None and fdim
+                                                                            not in ("", "plain") and conv[0] != fdim)
+        if off and conv is not None and (conv[1] != ffac or conv[0] != fdim):  # the unit is wrong: rewrite both
+            st.add("contradiction", (m.start(1), m.end(2)), f"{f.key} is {num(f, decimals)}, the draft says "
+                   f"{printed} {unit}", Fix(op="replace", text=f"{value_text(f, decimals)} {unit_text(f.unit)}".strip()
+                                           + " "), entity=f.entity, ids=[fid], found=f"{printed} {unit}",
+                   expected=f.value)
+        elif off:
             kind = "localization" if f.role == "slice" else "contradiction"
             st.add(kind, m.span(1), f"{f.key} is {num(f, decimals)}, the draft says {printed}",
                    Fix(op="replace", text=value_text(f, decimals)), entity=f.entity, ids=[fid],
                    found=float(printed), expected=f.value)
+        else:
+            st.stated.add(fid)
         if ev.domain == "cardiac" and f.side:
             before = [c for c in CHAMBER.finditer(s, 0, m.start())]
             if before and side_of(before[-1].group(0)) != f.side:
@@ -101,13 +125,25 @@ def _numbers(st: _Sentence, decimals: int) -> list[tuple[int, int]]:
     return spans
 
 
-def _unlinked(st: _Sentence, taken: list[tuple[int, int]]) -> None:
+def _unlinked(st: _Sentence, taken: list[tuple[int, int]], decimals: int) -> None:
+    """Numbers without a link: grounded by value and unit to a fact of their entity."""
     s = st.s
     masked = _masked(s, taken + [m.span() for m in CODE.finditer(s)] + [sp for _, sp in st.lesions]
-                     + [m.span() for m in PIRADS.finditer(s)])
-    for m in NUMBER.finditer(masked):
-        st.add("unsupported", m.span(), f"number {m.group(0)} has no evidence link", Fix(op="delete_sentence"),
-               found=m.group(0))
+                     + [m.span() for p in (PIRADS, WHO_GRADE, PIRADS_VERSION) for m in p.finditer(s)])
+    for q in quantities(masked):
+        verdict, f = ground(st.ev, s, q)
+        if verdict == "ok":
+            st.stated.add(f.id)
+            st.grounded = True
+        elif verdict == "wrong":
+            st.grounded = True
+            kind = "localization" if f.role == "slice" else "contradiction"
+            text = value_text(f, decimals) if f.role == "slice" or q.dim in ("count", "frame") else num(f, decimals)
+            st.add(kind, q.span, f"{f.key} is {num(f, decimals)}, the draft says {q.text!r}",
+                   Fix(op="replace", text=text), entity=f.entity, ids=[f.id], found=q.text, expected=f.value)
+        else:
+            st.add("unsupported", q.span, f"{q.text!r} states nothing the evidence holds", Fix(op="delete_sentence"),
+                   found=q.text)
 
 
 def _entities(st: _Sentence) -> None:
@@ -132,7 +168,8 @@ def _sides(st: _Sentence) -> None:
             want = ev.entities[entity].side if entity else ""
         if want and side_of(m.group(0)) != want:
             st.add("laterality", m.span(), f"{entity or 'the lesion'} is on the {want}, the draft says {m.group(0)!r}",
-                   Fix(op="replace", text=with_side(m.group(0), want)), entity=entity, found=m.group(0), expected=want)
+                   Fix(op="replace", text=with_side(m.group(0), want)), entity=entity, found=side_of(m.group(0)),
+                   expected=want)
 
 
 def _zones(st: _Sentence) -> None:
@@ -156,12 +193,16 @@ def _categories(st: _Sentence) -> None:
     ev, s = st.ev, st.s
     for m in PIRADS.finditer(s):
         st.grounded = True
+        g = 1 if m.group(1) else 2
         entity = next((lid for lid, _ in st.lesions if lid in ev.entities), None)
         want = ev.entities[entity].category if entity else (int(ev.label.split()[-1]) if ev.label.startswith("PI-RADS") else None)
-        if want is not None and int(m.group(1)) != want:
-            st.add("contradiction", m.span(1), f"PI-RADS is {want}, the draft says {m.group(1)}",
-                   Fix(op="replace", text=str(want)), entity=entity or "", ids=[ev.label_id], found=int(m.group(1)),
-                   expected=want)
+        if want is not None and int(m.group(g)) != want:
+            st.add("contradiction", m.span(g), f"PI-RADS is {want}, the draft says {m.group(g)}",
+                   Fix(op="replace", text=str(want)), entity=entity or "label", ids=[ev.label_id],
+                   found=int(m.group(g)), expected=want)
+        elif want is not None and entity and ev.fact(entity, "category"):
+            st.stated.add(ev.fact(entity, "category").id)
+    _likelihood(st)
     for m in GRADE.finditer(s):
         st.grounded = True
         found = (m.group(1) or f"{m.group(2)[0]}GG").upper()
@@ -172,7 +213,13 @@ def _categories(st: _Sentence) -> None:
                 word = "high" if ev.label == "HGG" else "low"
                 text = (word.capitalize() if m.group(2)[0].isupper() else word) + m.group(0)[len(m.group(2)):]
             st.add("contradiction", m.span(), f"the grade is {ev.label}, the draft says {m.group(0)!r}",
-                   Fix(op="replace", text=text), ids=[ev.label_id], found=found, expected=ev.label)
+                   Fix(op="replace", text=text), entity="label", ids=[ev.label_id], found=found, expected=ev.label)
+    for m in WHO_GRADE.finditer(s):
+        st.grounded = True
+        if ev.label in ("HGG", "LGG") and who_grade(m) != ev.label:
+            st.add("contradiction", m.span(), f"the grade is {ev.label}, the draft says {m.group(0)!r}",
+                   Fix(op="replace", text="WHO grade 3-4" if ev.label == "HGG" else "WHO grade 2"), entity="label",
+                   ids=[ev.label_id], found=who_grade(m), expected=ev.label)
     if ev.domain == "cardiac":
         good = next((x for x in slot_sentences(ev, "cardiac.impression") if "`" + ev.label + "`" in x), "")
         for m in ACDC_CODE.finditer(s):
@@ -181,15 +228,48 @@ def _categories(st: _Sentence) -> None:
                 phrase = any(p.search(s) for p in ACDC_PHRASE.values())
                 st.add("contradiction", m.span(1), f"the ACDC group is {ev.label}, the draft says {m.group(1)}",
                        Fix(op="replace_sentence", text=good) if phrase and good else Fix(op="replace", text=ev.label),
-                       ids=[ev.label_id], found=m.group(1), expected=ev.label)
+                       entity="label", ids=[ev.label_id], found=m.group(1), expected=ev.label)
         if not ACDC_CODE.search(s):
             for label, pat in ACDC_PHRASE.items():
                 m = pat.search(s)
+                st.grounded = st.grounded or bool(m)
                 if m and label != ev.label:
                     st.add("contradiction", m.span(), f"the ACDC group is {ev.label}, the draft says {m.group(0)!r}",
                            Fix(op="replace_sentence", text=good) if good else Fix(op="delete_sentence"),
-                           ids=[ev.label_id], found=label, expected=ev.label)
+                           entity="label", ids=[ev.label_id], found=label, expected=ev.label)
                     break
+        _comparison(st)
+
+
+def _likelihood(st: _Sentence) -> None:
+    """PI-RADS v2.1 likelihood words against the category of the same sentence (else the overall one)."""
+    ev, s = st.ev, st.s
+    for m in LIKELIHOOD.finditer(s):
+        word = re.sub(r"\s+", " ", m.group(1).lower())
+        entity = next((lid for lid, _ in st.lesions if lid in ev.entities), None)
+        want = ev.entities[entity].category if entity else (int(ev.label.split()[-1]) if ev.label.startswith("PI-RADS") else None)
+        st.grounded = True
+        if want and LIKELIHOOD_CATEGORY[word] != want:
+            st.add("contradiction", m.span(1), f"PI-RADS {want} is {CATEGORY_LIKELIHOOD[want]} likelihood, the draft "
+                   f"says {word!r}", Fix(op="replace", text=CATEGORY_LIKELIHOOD[want]), entity=entity or "label",
+                   ids=[ev.label_id], found=word, expected=want)
+
+
+def _comparison(st: _Sentence) -> None:
+    """"The RV is larger than the LV": checked against the end-diastolic volumes."""
+    ev, s = st.ev, st.s
+    lv, rv = ev.fact("lv", "lv_edv_ml"), ev.fact("rv", "rv_edv_ml")
+    for m in _COMPARE.finditer(s):
+        st.grounded = True
+        if lv is None or rv is None:
+            continue
+        a = side_of(m.group(1))
+        bigger = m.group(2).lower() != "smaller"
+        truth = (rv.value > lv.value) if a == "right" else (lv.value > rv.value)
+        if bigger != truth:
+            st.add("contradiction", m.span(2), f"end-diastolic volumes LV {num(lv)} vs RV {num(rv)}: the draft says "
+                   f"the {a} ventricle is {m.group(2)}", Fix(op="replace", text="smaller" if bigger else "larger"),
+                   entity="rv" if a == "right" else "lv", ids=[lv.id, rv.id], found=m.group(2))
 
 
 def _chamber_near(s: str, a: int, b: int, lo: int, hi: int) -> tuple[str, tuple[int, int] | None]:
@@ -225,8 +305,9 @@ def concept_mentions(s: str, domain: str) -> list[tuple]:
     an antonym ("preserved", "normal-sized") makes it a claim of absence. Label phrases
     ("dilated cardiomyopathy") are not findings. ``wrong side``: a chamber finding stated for
     a chamber that has no such concept (right ventricular hypertrophy)."""
-    masked = _masked(s, [m.span() for m in CODE.finditer(s)]
-                     + [m.span() for p in (ACDC_PHRASE.values() if domain == "cardiac" else ()) for m in p.finditer(s)])
+    plain = _masked(s, [m.span() for m in CODE.finditer(s)])
+    masked = _masked(plain, [m.span() for p in (ACDC_PHRASE.values() if domain == "cardiac" else ())
+                             for m in p.finditer(s)])
     out = []
     keys = DOMAIN_CONCEPTS.get(domain, ())
     for key in keys:
@@ -235,20 +316,23 @@ def concept_mentions(s: str, domain: str) -> list[tuple]:
         hits = [(m, False) for m in pat.finditer(masked)] + [(m, True) for m in (antonym.finditer(masked) if antonym else [])]
         for m, is_antonym in hits:
             lo, hi = _clause(masked, m.start())
-            side, cspan = _chamber_near(masked, m.start(), m.end(), lo, hi)
+            side, cspan = _chamber_near(plain, m.start(), m.end(), lo, hi)
+            if not side and chamber:  # no chamber in the clause: the sentence's nearest one
+                side, cspan = _chamber_near(plain, m.start(), m.end(), 0, len(s))
             wrong = False
             if chamber and (side or "left") != chamber:
                 if (side or "left") in sides:
                     continue  # the other chamber's own concept handles it
                 wrong = True
             words = masked[lo:m.start()].split()
-            cue = NEGATION.search(" ".join(words[-_NEG_WINDOW_WORDS:]))
+            cue = (NEGATION.search(" ".join(words[-_NEG_WINDOW_WORDS:])) or NEG_PREFIX.search(masked[max(0, m.start() - 4):m.start()])
+                   or NEG_SUFFIX.match(masked[m.start():]))
             out.append((key, not (is_antonym or cue), m, cspan, side, wrong))
             break
     return out
 
 
-def _concepts(st: _Sentence, stated_elsewhere: set[tuple[str, bool]]) -> None:
+def _concepts(st: _Sentence, stated_elsewhere: set[tuple[str, bool]], numbered_elsewhere: set[str]) -> None:
     ev, s = st.ev, st.s
     for key, claims_present, m, cspan, side, wrong_side in concept_mentions(s, ev.domain):
         st.grounded = True
@@ -256,14 +340,15 @@ def _concepts(st: _Sentence, stated_elsewhere: set[tuple[str, bool]]) -> None:
         pat, _, chamber = CONCEPTS[key]
         if concept is None:
             continue
+        ent = CONCEPT_ENTITY.get(key, key)
         if wrong_side:  # e.g. "right ventricular hypertrophy": only the left ventricle has that concept
             if claims_present and concept.present and cspan:
                 st.add("laterality", cspan, f"{key} is on the {chamber} side, the draft says {s[cspan[0]:cspan[1]]!r}",
-                       Fix(op="replace", text=with_side(s[cspan[0]:cspan[1]], chamber)), entity=key,
+                       Fix(op="replace", text=with_side(s[cspan[0]:cspan[1]], chamber)), entity=ent,
                        ids=concept.evidence, found=side, expected=chamber)
             elif claims_present:
                 st.add("unsupported", m.span(), f"{key.split(' ', 1)[-1]} of the {side} ventricle is not assessed",
-                       Fix(op="delete_sentence"), entity=key, found=side)
+                       Fix(op="delete_sentence"), entity=ent, found=side)
             continue
         if claims_present == concept.present:
             continue
@@ -274,31 +359,64 @@ def _concepts(st: _Sentence, stated_elsewhere: set[tuple[str, bool]]) -> None:
                 and ev.concepts[other].present and (other, True) not in stated_elsewhere):
             st.add("laterality", cspan, f"{key.split()[0]} vs {other.split()[0]}: the draft puts the finding on "
                    f"the wrong side", Fix(op="replace", text=with_side(s[cspan[0]:cspan[1]], CONCEPTS[other][2])),
-                   entity=key, ids=concept.evidence, found=side, expected=CONCEPTS[other][2])
+                   entity=ent, ids=concept.evidence, found=side, expected=CONCEPTS[other][2])
+        elif ((key, concept.present) in stated_elsewhere and not st.stated
+              and (ent in numbered_elsewhere if ent else any(e.startswith("lesion") for e in numbered_elsewhere))):
+            # the report says it both ways (no necrosis here, its volume there): this sentence is the wrong one
+            st.add("contradiction", m.span(), f"{key} is {'present' if concept.present else 'absent'} and stated so "
+                   f"elsewhere in the report; this sentence {'negates' if concept.present else 'asserts'} it",
+                   Fix(op="delete_sentence"), entity=ent, ids=concept.evidence, found=claims_present,
+                   expected=concept.present)
         else:
             good = concept_sentence(ev, key, s)
             st.add("negation", m.span(), f"{key} is {'present' if concept.present else 'absent'}, the draft "
                    f"{'asserts' if claims_present else 'negates'} it",
                    Fix(op="replace_sentence", text=good) if good else Fix(op="delete_sentence"),
-                   entity=key, ids=concept.evidence, found=claims_present, expected=concept.present)
+                   entity=ent, ids=concept.evidence, found=claims_present, expected=concept.present)
 
 
-def _sentence_issues(section: str, idx: int, text: str, ev: Evidence, decimals: int,
-                     stated_elsewhere: set[tuple[str, bool]] = frozenset()) -> list[Issue]:
+def _read(section: str, idx: int, text: str, ev: Evidence, decimals: int) -> _Sentence | None:
+    """First pass over one sentence: numbers, entities, sides, zones, categories (None: metadata)."""
+    if METADATA.search(text):  # header, disclaimer, evidence table: not a finding
+        return None
     st = _Sentence(section, idx, text, ev)
+    closed = UNSUPPORTED_FINDINGS.search(text)
+    if closed:  # closed world: a finding no evidence of ours holds, whatever else the sentence shares
+        st.add("unsupported", closed.span(), f"{closed.group(0)!r}: the evidence holds no such finding",
+               Fix(op="delete_sentence"), found=closed.group(0))
+        st.closed = True
+        return st
     taken = _numbers(st, decimals)
-    _unlinked(st, taken)
+    _unlinked(st, taken, decimals)
     _entities(st)
     _sides(st)
     _zones(st)
     _categories(st)
-    _concepts(st, set(stated_elsewhere))
-    if SUBJECTS.get(ev.domain) is not None and SUBJECTS[ev.domain].search(text):
+    return st
+
+
+def _finish(st: _Sentence, stated_elsewhere: set[tuple[str, bool]], numbered_elsewhere: set[str]) -> list[Issue]:
+    """Second pass: the findings' polarity, knowing what the other sentences state."""
+    if st.closed:
+        return st.issues
+    _concepts(st, stated_elsewhere, numbered_elsewhere)
+    if SUBJECTS.get(st.ev.domain) is not None and SUBJECTS[st.ev.domain].search(st.s):
         st.grounded = True
     if not st.grounded:
-        st.add("unsupported", (0, len(text)), "the sentence states nothing the evidence holds",
+        st.add("unsupported", (0, len(st.s)), "the sentence states nothing the evidence holds",
                Fix(op="delete_sentence"))
     return st.issues
+
+
+def _no_abnormal_segments(draft: Draft, ev: Evidence) -> set[str]:
+    """"No regional wall motion abnormality" states a count of 0 abnormal segments."""
+    f = ev.fact("heart", "n_abnormal_segments")
+    if f is None or f.value != 0:
+        return set()
+    for _, _, t in draft.sentences():
+        if any(k == "regional wall motion abnormality" and not p for k, p, *_ in concept_mentions(t, ev.domain)):
+            return {f.id}
+    return set()
 
 
 def _label_mentioned(text: str, ev: Evidence) -> bool:
@@ -307,10 +425,11 @@ def _label_mentioned(text: str, ev: Evidence) -> bool:
     if f"`{ev.label}`" in text:
         return True
     if ev.label.startswith("PI-RADS"):  # the overall category, not a lesion's (a sentence without a lesion id)
-        return any(int(m.group(1)) == int(ev.label.split()[-1]) for line in text.split("\n")
+        return any(int(m.group(1) or m.group(2)) == int(ev.label.split()[-1]) for line in text.split("\n")
                    if not LESION_ID.search(line) for m in PIRADS.finditer(line))
     if ev.label in ("HGG", "LGG"):
-        return any((m.group(1) or f"{m.group(2)[0]}GG").upper() == ev.label for m in GRADE.finditer(text))
+        return (any((m.group(1) or f"{m.group(2)[0]}GG").upper() == ev.label for m in GRADE.finditer(text))
+                or any(who_grade(m) == ev.label for m in WHO_GRADE.finditer(text)))
     pat = ACDC_PHRASE.get(ev.label)
     return bool(pat and pat.search(text))
 
@@ -319,13 +438,13 @@ def _any_label(text: str, ev: Evidence) -> bool:
     if ev.label.startswith("PI-RADS"):
         return any(PIRADS.search(line) for line in text.split("\n") if not LESION_ID.search(line))
     if ev.label in ("HGG", "LGG"):
-        return bool(GRADE.search(text))
+        return bool(GRADE.search(text) or WHO_GRADE.search(text))
     return bool(ACDC_CODE.search(text)) or any(p.search(text) for p in ACDC_PHRASE.values())
 
 
-def _missing(draft: Draft, ev: Evidence, decimals: int) -> list[Issue]:
+def _missing(draft: Draft, ev: Evidence, decimals: int, stated: set[str] = frozenset()) -> list[Issue]:
     prose = "\n".join(draft.findings + draft.impression)
-    cited = set(re.findall(r"`\[([^`]+?)\]`", prose))
+    cited = set(re.findall(r"`\[([^`]+?)\]`", prose)) | set(stated)
     issues: list[Issue] = []
     by_entity: dict[str, list[str]] = {}
     for fid in ev.required_ids():
@@ -387,10 +506,15 @@ def reflect(draft: Draft, ev: Evidence, decimals: int = 1) -> list[Issue]:
     issues: list[Issue] = []
     sentences = draft.sentences()
     claims = [{(k, p) for k, p, *rest in concept_mentions(t, ev.domain) if not rest[-1]} for _, _, t in sentences]
-    for n, (section, idx, text) in enumerate(sentences):
+    read = [_read(section, idx, text, ev, decimals) for section, idx, text in sentences]
+    numbered = [{ev.facts[i].entity for i in st.stated} if st else set() for st in read]
+    for n, st in enumerate(read):
+        if st is None:
+            continue
         elsewhere = set().union(*(c for j, c in enumerate(claims) if j != n)) if len(claims) > 1 else set()
-        issues += _sentence_issues(section, idx, text, ev, decimals, elsewhere)
-    issues += _missing(draft, ev, decimals)
+        issues += _finish(st, elsewhere, set().union(*(x for j, x in enumerate(numbered) if j != n)))
+    stated = {i for st in read if st for i in st.stated} | _no_abnormal_segments(draft, ev)
+    issues += _missing(draft, ev, decimals, stated)
     issues += _boxes(draft, ev)
     seen, out = set(), []
     for i in issues:
