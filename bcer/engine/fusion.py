@@ -26,7 +26,6 @@ from typing import Any
 from ..contracts.errors import ToolError
 from .binder import resolved_ref
 from .context import error_from_ray
-from .noderun import _pluck, execute_node, load_sequence_task
 from .placement import fused_options, place
 
 log = logging.getLogger(__name__)
@@ -48,54 +47,6 @@ def wide_enough(n_cases: int, cluster_cpus: float) -> bool:
 def fusable(placements: list[Any]) -> bool:
     """A small DAG whose every node runs on CPU here (GPU nodes keep their own placement)."""
     return 0 < len(placements) <= MAX_FUSED_NODES and all(p.num_gpus == 0 for p in placements)
-
-
-def run_fused(plan: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """Ray entry point of a fused case: ``plan = {"loads": [(key, SequenceRef)], "nodes": [spec]}``
-    (node specs in topological order, each with ``sources`` naming where its inputs come from).
-
-    Returns:
-        (the artifacts made, kept only when some node failed; ``{"loads": {key: meta},
-        "nodes": {node: meta}, "t_start", "t_end"}``).
-    """
-    t0 = time.time()
-    values: dict[tuple[str, str], Any] = {}
-    metas: dict[tuple[str, str], dict[str, Any]] = {}
-    for key, ref in plan["loads"]:
-        art, meta = load_sequence_task(ref)
-        metas[("seq", key)] = meta
-        if meta.get("ok"):
-            values[("seq", key)] = art
-    failed = False
-    for spec in plan["nodes"]:
-        deps = tuple(metas[_dep_key(d)] for d in spec["deps"])
-        inputs = tuple(_value(values, src) for src in spec["sources"])
-        outputs, meta = execute_node(spec, inputs, deps)
-        metas[("node", spec["node"])] = meta
-        if outputs is not None:
-            values[("node", spec["node"])] = outputs
-        failed = failed or not meta.get("ok")
-    kept = None
-    if failed:
-        kept = {"seq": {k: v for (kind, k), v in values.items() if kind == "seq"},
-                "node": {k: v for (kind, k), v in values.items() if kind == "node"}}
-    return kept, {"loads": {k: m for (kind, k), m in metas.items() if kind == "seq"},
-                  "nodes": {k: m for (kind, k), m in metas.items() if kind == "node"},
-                  "t_start": t0, "t_end": time.time()}
-
-
-def _dep_key(dep: str) -> tuple[str, str]:
-    kind, _, name = dep.partition(".")
-    return kind, name
-
-
-def _value(values: dict[tuple[str, str], Any], src: tuple) -> Any:
-    """``("seq", key)`` or ``("node", id, field)``: the value a port receives (None if not made;
-    the node's deps then say an upstream failed and it does not run)."""
-    if src[0] == "seq":
-        return values.get(("seq", src[1]))
-    made = values.get(("node", src[1]))
-    return None if made is None else _pluck(made, (src[2],))
 
 
 # ---- driver side: a CaseRun's fused submission and its result ------------------------------------
@@ -177,4 +128,4 @@ def on_fused_result(run: Any, meta: Any, exc: BaseException | None) -> None:
         run._on_node_result(n.id, run.gen.get(n.id), m, None)
 
 
-__all__ = ["MAX_FUSED_NODES", "fusable", "on_fused_result", "run_fused", "submit_fused", "wide_enough"]
+__all__ = ["MAX_FUSED_NODES", "fusable", "on_fused_result", "submit_fused", "wide_enough"]

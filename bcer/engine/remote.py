@@ -34,7 +34,7 @@ def remote_loader():
 def remote_fused():
     import ray
 
-    from .fusion import run_fused
+    from .worker import run_fused
 
     return ray.remote(run_fused)
 
@@ -43,7 +43,7 @@ def remote_fused():
 def remote_segment():
     import ray
 
-    from .segments import run_segment
+    from .worker import run_segment
 
     return ray.remote(run_segment)
 

@@ -31,40 +31,9 @@ from ..contracts.errors import ToolError
 from .context import error_from_ray
 from .fusion import MAX_FUSED_NODES
 from .models import serving
-from .noderun import execute_node
 from .placement import fused_options, place
 
 log = logging.getLogger(__name__)
-
-
-# ---- worker side ---------------------------------------------------------------------------------
-
-def run_segment(plan: dict[str, Any], *args: Any) -> tuple[Any, ...]:
-    """Ray entry point of a segment: ``plan = {"nodes": [spec], "values": [[slot]], "deps": [[slot]]}``;
-    a slot is ``("arg", i)`` (the task's i-th argument, an upstream outside the segment),
-    ``("out", k, field)`` (a field of the segment's k-th node) or ``("meta", k)`` (its meta).
-
-    Returns:
-        per node, one value per output field then its meta; last, the list of every meta.
-    """
-    outs: list[dict[str, Any] | None] = []
-    metas: list[dict[str, Any]] = []
-    for spec, vslots, dslots in zip(plan["nodes"], plan["values"], plan["deps"]):
-        values = tuple(args[s[1]] if s[0] == "arg" else _field(outs[s[1]], s[2]) for s in vslots)
-        deps = tuple(args[s[1]] if s[0] == "arg" else metas[s[1]] for s in dslots)
-        outputs, meta = execute_node(spec, values, deps)
-        outs.append(outputs)
-        metas.append(meta)
-    flat: list[Any] = []
-    for spec, outputs, meta in zip(plan["nodes"], outs, metas):
-        flat.extend([None] * len(spec["outputs"]) if outputs is None else [outputs[f] for f in spec["outputs"]])
-        flat.append(meta)
-    flat.append(metas)
-    return tuple(flat)
-
-
-def _field(outputs: dict[str, Any] | None, field: str) -> Any:
-    return None if outputs is None else outputs[field]
 
 
 # ---- driver side ---------------------------------------------------------------------------------
@@ -278,4 +247,4 @@ def check_segment_deadlines(run: Any, now: float, grace_s: float) -> None:
 
 
 __all__ = ["TINY_S", "chain_from", "critical_path_s", "expected_s", "check_segment_deadlines", "in_segment", "is_tiny", "observe",
-           "on_segment_result", "run_segment", "submit_segment"]
+           "on_segment_result", "submit_segment"]
