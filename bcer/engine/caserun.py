@@ -381,6 +381,8 @@ class CaseRun(CaseRepair, CaseSubmit):
                    worker=f"{meta['worker']}:{meta['pid']}", input_digests=self._input_digests(node))
         if meta.get("method_card"):  # which method made this node's numbers (bcer.tools.methods)
             rec["method"] = meta["method_card"]
+        if meta.get("flags"):  # e.g. low_confidence, near_tie: shown on the case page
+            rec["flags"] = meta["flags"]
         if cache:
             rec["cache"] = {"key": cache["key"], "hit": bool(cache.get("hit")),
                             **({"stored_by": cache["stored_by"]} if cache.get("hit") else {})}

@@ -32,6 +32,7 @@ from ..contracts.artifacts import kind_of
 from ..contracts.case import SequenceRef
 from ..contracts.errors import ErrorCode, ToolError
 from ..contracts.spec import ToolSpec
+from ..tools.methods import flags_of
 from ..tools.registry import REGISTRY, call_tool, get_tool, load_all
 from .cache import CorruptEntry, NodeCache, folder_digest, node_key, subfield_digest
 from .clock import report_start
@@ -348,7 +349,8 @@ def _execute(spec: dict[str, Any], values: tuple[Any, ...], deps: tuple[dict[str
                         traceback=traceback.format_exc()[-_TRACEBACK_CHARS:])
         return None, _failure(t0, device, err, phase)
     return outputs, _meta(t0, device, ok=True, error=None, output_digests=digests, cache=cache,
-                          written=written, measurements=measurements, run_s=run_s, method_card=method)
+                          written=written, measurements=measurements, run_s=run_s, method_card=method,
+                          flags=flags_of(outputs))
 
 
 def _stamp_method(spec: dict[str, Any], values: tuple[Any, ...], outputs: dict[str, Any]) -> dict[str, Any]:
