@@ -18,12 +18,13 @@ class Validator(BaseModel):
     """One check of a written deliverable.
 
     ``type``: exists | nifti_nonempty | affine_matches_input | json_field | table_rows |
-    report_nonempty. ``arg``: the input sequence (affine), JSON field, or minimum rows.
+    report_nonempty | report_verified (a reviewed report whose final R4 critique still has a
+    material issue fails). ``arg``: the input sequence (affine), JSON field, or minimum rows.
     """
 
     model_config = ConfigDict(extra="forbid")
     type: Literal["exists", "nifti_nonempty", "affine_matches_input", "json_field",
-                  "table_rows", "report_nonempty"]
+                  "table_rows", "report_nonempty", "report_verified"]
     arg: Any = None
 
 

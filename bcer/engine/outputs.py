@@ -143,6 +143,10 @@ def measurement_records(name: str, artifact: Any) -> list[dict[str, Any]]:
             recs += [_record(name, f.id, i, k, v, "") for k, v in f.attributes.items()]
     elif kind == ArtifactKind.value and isinstance(artifact, (int, float, str, bool)):
         recs.append(_record(name, None, None, "value", artifact, ""))
+    elif kind == ArtifactKind.report and isinstance(artifact.meta.get("r4"), dict):  # the critic's verdict
+        r4 = artifact.meta["r4"]
+        recs.append(_record(name, None, None, "r4_verdict", str(r4.get("verdict", "")), ""))
+        recs.append(_record(name, None, None, "r4_material_issues", int(r4.get("material_issues", 0)), ""))
     return [r for r in recs if r is not None]
 
 

@@ -104,9 +104,20 @@ def _report_nonempty(path: Path, v: Validator, case: Case) -> Check:
     return (words > 0, f"{words} words" if words else f"{path.name} has no text")
 
 
+def _report_verified(path: Path, v: Validator, case: Case) -> Check:
+    """The R4 critic's final verdict (``meta.r4.verdict``); a report nobody reviewed passes, said so."""
+    r4 = (_load_json(path).get("meta") or {}).get("r4")
+    if not isinstance(r4, dict):
+        return True, "not reviewed by the R4 critic"
+    n = int(r4.get("material_issues", 0))
+    return (r4.get("verdict", "clean") == "clean" and n == 0,
+            "R4 critic: clean" if n == 0 else f"R4 critic: {n} unresolved material issue(s)")
+
+
 VALIDATORS: dict[str, Callable[[Path, Validator, Case], Check]] = {
     "exists": _exists, "nifti_nonempty": _nifti_nonempty, "affine_matches_input": _affine_matches_input,
     "json_field": _json_field, "table_rows": _table_rows, "report_nonempty": _report_nonempty,
+    "report_verified": _report_verified,
 }
 
 

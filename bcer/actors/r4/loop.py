@@ -42,8 +42,17 @@ class R4Outcome:
     repairs: int
     events: list[dict[str, Any]] = field(default_factory=list)
 
+    @property
+    def verdict(self) -> str:
+        """clean: the fresh critique of the final text finds no material issue; else unresolved."""
+        return "unresolved" if any(i.material for i in self.final_issues) else "clean"
+
+    def unresolved(self, limit: int = 10) -> list[dict[str, Any]]:
+        return [{"type": i.type, "section": i.section, "sentence": i.sentence, "entity": i.entity,
+                 "message": i.message} for i in self.final_issues if i.material][:limit]
+
     def summary(self) -> dict[str, Any]:
-        return {"route": self.route.to_dict(), "exemplars": [e["record"]["id"] for e in self.exemplars],
+        return {"verdict": self.verdict, "unresolved": self.unresolved(),"route": self.route.to_dict(), "exemplars": [e["record"]["id"] for e in self.exemplars],
                 "exemplar_scores": [round(e["score"], 4) for e in self.exemplars],
                 "draft_penalties": self.draft_penalties, "chosen": self.chosen,
                 "initial_issues": count_by_type(self.initial_issues), "initial_penalty": penalty(self.initial_issues),
@@ -111,7 +120,12 @@ class R4Loop:
                                  penalty_before=penalty(issues), penalty_after=penalty(after),
                                  remaining=count_by_type(after)))
             issues = after
-        return R4Outcome(draft, r, hits, pens, best, initial, issues, repairs, events)
+        final = reflect(draft, ev, d)  # the verdict is a full, fresh critique of the final text, never a replay
+        events.append(_event("r4_reflect", f"final critique: {penalty(final)} penalty, "
+                             f"{sum(i.material for i in final)} material issue(s)", final=True,
+                             issues=count_by_type(final),
+                             detail=[i.model_dump(mode="json", exclude={"fix"}) for i in final[:20]]))
+        return R4Outcome(draft, r, hits, pens, best, initial, final, repairs, events)
 
 
 __all__ = ["R4Config", "R4Loop", "R4Outcome"]

@@ -40,6 +40,14 @@ def structure_key(structured: dict[str, Any]) -> str:
     return "|".join(str(p) for p in parts)
 
 
+def critic_flag(unresolved: list[dict[str, Any]]) -> str:
+    """The warning a report that still has material issues carries at its top."""
+    lines = [f"> **Not verified: the R4 critic found {len(unresolved)} unresolved issue(s) in this report.**"]
+    lines += [f"> - {u['type']} ({u['section']}{'' if u['sentence'] < 0 else ' ' + str(u['sentence'] + 1)}): "
+              f"{u['message']}" for u in unresolved]
+    return "\n".join(lines)
+
+
 def _seed(report: Report) -> Draft | None:
     s = report.structured or {}
     if not s.get("findings") and not s.get("impression"):
@@ -81,6 +89,10 @@ class R4Reviewer:
                        seed=_seed(request.report))
         summary = out.summary()
         text, structured, evidence = render_report(ev, out.draft, p.get("title", ""), decimals)
+        structured["critic"] = {"verdict": out.verdict, "material_issues": summary["material_issues"],
+                                "unresolved": out.unresolved()}
+        if out.verdict != "clean":  # never delivered as clean: the page says so where a reader signs
+            text = critic_flag(out.unresolved()) + "\n\n" + text
         meta = dict(request.report.meta, r4=summary, profile_text=ev.profile_text(request.history),
                     evidence_digest=ev.digest(), n_numbers=len(evidence),
                     method="R4: route, retrieve, k drafts, reflect (best of k), repair")
@@ -126,4 +138,4 @@ def make_reviewer(memory_dir: str | None = None, *, llm: Any = None, wording_llm
                       own_memory=memory is not None)
 
 
-__all__ = ["R4Reviewer", "make_reviewer", "prose_text"]
+__all__ = ["R4Reviewer", "critic_flag", "make_reviewer", "prose_text"]
