@@ -112,6 +112,10 @@ def check_bundle_dir(bundle_dir: str | Path) -> Path:
     Raises:
         ToolError: ``input_missing`` naming the missing folder or file.
     """
+    from .nnunet import is_nnunet_dir
+
+    if is_nnunet_dir(Path(bundle_dir).expanduser()):  # an nnU-Net v2 results folder (``seg.nnunet``)
+        return Path(bundle_dir).expanduser().resolve()
     return _bundle_files(bundle_dir)[0]
 
 
