@@ -483,9 +483,9 @@ def make_cardiac(case_id: str, seed: int, size: Size = "small", group: str | Non
         raise ToolError(ErrorCode.value_range, f"unknown size {size!r}", hint="valid: ['full', 'small']",
                         arg="size", case=case_id)
     if family != "base":
-        from .cardiac_family import make_family_cardiac
+        from .generators import family_builder
 
-        return make_family_cardiac(case_id, seed, size, group, family, noise, borderline)
+        return family_builder("cardiac")(case_id, seed, size, group, family, noise, borderline)
     variants = _BORDERLINE[group]
     for _ in range(25 if borderline else 1):
         design, target = variants[int(rng.integers(len(variants)))] if borderline else (None, None)

@@ -23,6 +23,7 @@ from scipy.spatial.transform import Rotation
 from ..contracts.artifacts import Cine, Mask
 from ..contracts.errors import ErrorCode, ToolError
 from . import cardiac as C
+from .generators import register_family_builder
 from .degrade import bias_field, rician_noise
 from .geometry import make_affine, random_direction, world_coords
 from .phantom import Phantom, Size
@@ -330,3 +331,6 @@ def _image(draw: dict[str, Any], rng: np.random.Generator, fam: C.FamilyRanges, 
                        slice_profile=ex["slice_profile"])
     return Cine((data * scale).astype(np.float32), affine.copy(),
                 {"case_id": case_id, "sequence": "cine", "rr_ms": rr, "frame_ms": rr / n})
+
+
+register_family_builder("cardiac", make_family_cardiac)

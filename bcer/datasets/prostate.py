@@ -499,9 +499,9 @@ def make_prostate(case_id: str, seed: int, size: Size = "small", n_lesions: int 
         raise ToolError(ErrorCode.value_range, f"unknown phantom family {family!r}", hint=f"valid: {sorted(FAMILIES)}",
                         arg="family")
     if family != "base":
-        from .prostate_family import make_family_prostate
+        from .generators import family_builder
 
-        return make_family_prostate(case_id, seed, size, n_lesions, misalign, noise, bladder, family, borderline)
+        return family_builder("prostate")(case_id, seed, size, n_lesions, misalign, noise, bladder, family, borderline)
     noise = 0.02 if noise is None else noise
     rng = np.random.default_rng(seed)
     n = int(rng.choice([0, 1, 2], p=[0.25, 0.45, 0.30])) if n_lesions is None else int(n_lesions)

@@ -16,6 +16,7 @@ from ..contracts.errors import ErrorCode, ToolError
 from .degrade import rigid_matrix
 from .geometry import world_coords
 from .phantom import Phantom, Size
+from .generators import register_family_builder
 from .prostate import (BORDERLINE_KINDS, FAMILIES, GRIDS, LESION_ADC_MAX_FRACTION, PIRADS_RULE, LesionSpec,
                        _Blob, _borderline, _place_lesions, phantom_labels)
 
@@ -129,3 +130,6 @@ def _tilt_deg(affine: np.ndarray) -> float:
     a = np.asarray(affine, np.float64)[:3, :3]
     n = np.cross(a[:, 0], a[:, 1])
     return float(np.degrees(np.arccos(min(1.0, abs(n[2]) / np.linalg.norm(n)))))
+
+
+register_family_builder("prostate", make_family_prostate)
