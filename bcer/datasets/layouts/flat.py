@@ -129,8 +129,8 @@ def _implied_label(root: Path, targets: Mapping[str, str]) -> str | None:
     sequence word swapped for a label word (``*/*-t1n.nii.gz`` -> ``*/*-seg.nii.gz``) that
     matches a file."""
     for pattern in targets.values():
-        m = re.search(r"([A-Za-z0-9]+)((?:\.nii(?:\.gz)?|\.mha|\.nrrd)?)\Z", pattern)
-        if m is None or "*" in m.group(1):
+        m = re.search(r"([A-Za-z0-9]+)(\.nii(?:\.gz)?|\.mha|\.nrrd)\Z", pattern)
+        if m is None or sequence_name(m.group(1)) is None:  # swap only a word that names a sequence
             continue
         for word in sorted(LABEL_WORDS):
             cand = pattern[:m.start(1)] + word + m.group(2)
