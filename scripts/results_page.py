@@ -96,7 +96,7 @@ def measures(d: dict[str, Any]) -> list[tuple[str, Any]]:
     return out[:MAX_ROWS]
 
 
-NOISE = re.compile(r"\.(n|threshold|higher_is_better|task|chain|failures|met)$")
+NOISE = re.compile(r"\.(n|threshold|higher_is_better|task|chain|failures|met)$|load_(avg|after|before|average)")
 
 
 def bench_table(d: dict[str, Any]) -> str:
