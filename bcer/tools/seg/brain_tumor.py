@@ -13,7 +13,9 @@ from the case itself:
    a 30 % signal rise, cut at half the candidates' median uptake; specks dropped;
 4. whole tumour (WT): FLAIR hyperintensity (Otsu on the upper half of the brain's FLAIR),
    ET, and T2-bright/FLAIR-unsuppressed/T1c-dark necrosis touching ET; the component with
-   most abnormal signal, holes filled;
+   most abnormal signal, and every other focus (multifocal tumours) of at least
+   ``min_focus_ml`` whose abnormal signal is at least ``satellite_fraction`` of the main
+   one's, holes filled;
 5. tumour core (TC): with ET, the rim plus the T1c-dark class (Otsu, and below half the
    oedema's level) touching it, holes filled; without ET (low grade), the lower
    FLAIR+T1c Otsu class of the tumour's interior.
@@ -46,6 +48,10 @@ class BrainTumorParams(BundleParams):
         0.6, ge=0.0, le=3.0, description="Gaussian pre-smoothing in voxels (noise robustness)")
     min_et_fraction: float = Field(
         0.03, ge=0.0, le=0.5, description="ET smaller than this fraction of WT is treated as absent")
+    min_focus_ml: float = Field(0.5, ge=0.0, le=50.0, description="a separate tumour focus is kept from this volume (mL)")
+    satellite_fraction: float = Field(
+        0.15, gt=0.0, le=1.0, description="and when its abnormal signal (FLAIR excess + enhancement) is at least this "
+                                          "fraction of the main focus's (1: only the main focus)")
 
 
 class BrainTumorSeg(NamedTuple):
@@ -97,8 +103,27 @@ def _touching(cand: np.ndarray, seed: np.ndarray) -> np.ndarray:
     return np.isin(lab, keep[keep > 0])
 
 
-def _whole_tumour(flair: np.ndarray, t2: np.ndarray, t1c: np.ndarray, et: np.ndarray,
-                  brain: np.ndarray) -> tuple[np.ndarray, float]:
+def _foci(lab: np.ndarray, n: int, excess: np.ndarray, others: list[np.ndarray],
+          min_voxels: float, fraction: float) -> np.ndarray:
+    """Component ids of the tumour: the one with the most abnormal signal, and every other one
+    that is big enough, carries at least ``fraction`` of its signal and looks like it on the
+    other contrasts (``others``, each normalised to normal tissue = 1): its median at least
+    halfway from normal tissue to the main focus's, on the same side. A second tumour or a
+    satellite passes; a FLAIR-only bright patch (an artefact, a bias field, a cortex fold)
+    does not."""
+    idx = np.arange(1, n + 1)
+    sizes = np.bincount(lab.ravel(), minlength=n + 1)[1:]
+    main = int(np.argmax(excess))
+    keep = (sizes >= min_voxels) & (excess >= fraction * excess[main])
+    for img in others:
+        dev = np.asarray(ndi.median(img, lab, index=idx)) - 1.0
+        keep &= dev * np.sign(dev[main]) >= 0.5 * abs(dev[main])
+    keep[main] = True
+    return 1 + np.flatnonzero(keep)
+
+
+def _whole_tumour(flair: np.ndarray, t2: np.ndarray, t1c: np.ndarray, t1: np.ndarray, et: np.ndarray,
+                  brain: np.ndarray, p: BrainTumorParams, vox_ml: float) -> tuple[np.ndarray, float]:
     thr = _upper_otsu(flair[brain])
     cand = brain & ((flair > thr) | et)
     cand = ndi.binary_opening(cand, _CONN) | et
@@ -113,7 +138,8 @@ def _whole_tumour(flair: np.ndarray, t2: np.ndarray, t1c: np.ndarray, et: np.nda
     # The tumour is the component with the largest abnormal-signal mass (not the largest
     # bright cortex fold): sum of FLAIR excess over the threshold.
     excess = ndi.sum(np.clip(flair - thr, 0, None) + 2.0 * et, lab, index=np.arange(1, n + 1))
-    wt = lab == (int(np.argmax(excess)) + 1)
+    foci = _foci(lab, n, np.asarray(excess), [t2, t1], p.min_focus_ml / vox_ml, p.satellite_fraction)
+    wt = np.isin(lab, foci)
     wt = fill_holes_2d(ndi.binary_fill_holes(wt))
     return wt & brain, thr
 
@@ -153,7 +179,7 @@ def _classical(t1: Image, t1c: Image, t2: Image, flair: Image, p: BrainTumorPara
     r1, r1c = raw[0] / ref[0], raw[1] / ref[1]
     sm = [ndi.gaussian_filter(c, p.smooth_sigma) / r if p.smooth_sigma else c / r for c, r in zip(raw, ref)]
     et, et_thr = _enhancing(r1, r1c, brain)
-    wt, fl_thr = _whole_tumour(sm[3], sm[2], sm[1], et, brain)
+    wt, fl_thr = _whole_tumour(sm[3], sm[2], sm[1], sm[0], et, brain, p, t1.voxel_volume_ml)
     n1c, nfl = sm[1], sm[3]
     et &= wt
     has_et = bool(et.sum() >= max(p.min_et_fraction * wt.sum(), 3))
@@ -170,11 +196,11 @@ def _classical(t1: Image, t1c: Image, t2: Image, flair: Image, p: BrainTumorPara
     return labels, meta
 
 
-CLASSICAL_CARD = classical_card("classical multicontrast thresholds (seg.brain_tumor)", "1.1",
+CLASSICAL_CARD = classical_card("classical multicontrast thresholds (seg.brain_tumor)", "1.2",
                                "brain mask, enhancement and FLAIR/T2 thresholds learnt per case, core by filling")
 
 
-@tool("seg.brain_tumor", version="1.1", milestone="segmentation",
+@tool("seg.brain_tumor", version="1.2", milestone="segmentation",
       resources={"num_cpus": 1, "memory_mb": 2048}, gpu="optional")
 def brain_tumor(t1: Image, t1c: Image, t2: Image, flair: Image, params: BrainTumorParams,
                 device: str = "cpu") -> BrainTumorSeg:
