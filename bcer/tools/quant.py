@@ -187,7 +187,10 @@ def roi_features(image: Image, mask: Mask, params: RoiFeaturesParams) -> Table:
         ``centroid_x/y/z`` (RAS mm), ``side`` ("R", "L", "bilateral", "" without a midline),
         ``right_share_pct``/``left_share_pct`` and ``midline_offset_mm`` (centroid, > 0 right),
         ``n_foci``, ``multifocal`` (two or more foci) and ``foci`` (each focus of at least
-        ``min_focus_ml``, 26-connected, largest first: its volume, diameter, centroid and side).
+        ``min_focus_ml``, 26-connected, largest first: its volume, diameter, centroid and side;
+        where no component is that large, the largest one). ``meta["whole"]``: the same
+        laterality and foci for the union of every ROI measured (the whole tumour of a
+        per-compartment BraTS table).
 
     Raises:
         ToolError: ``shape``, ``numeric``, ``value_range`` as ``quant.roi_stats``.
@@ -195,10 +198,11 @@ def roi_features(image: Image, mask: Mask, params: RoiFeaturesParams) -> Table:
     data, lab = _inputs(image, mask)
     vox = mask.voxel_volume_ml
     midline = _midline(image, mask, params.side_reference)
-    rows = []
+    rows, labels = [], set()
     for name, vals, m in _roi_masks(lab, mask.labels, params.labels, params.composites):
         if not m.any():
             continue
+        labels.update(vals)
         ijk = np.argwhere(m)
         v = data[m].astype(np.float64)
         centroid = vox2world(mask.affine, ijk.mean(axis=0))
@@ -221,7 +225,18 @@ def roi_features(image: Image, mask: Mask, params: RoiFeaturesParams) -> Table:
                        "image_sequence": image.meta.get("sequence", ""),
                        "midline": midline.as_dict() if midline else None,
                        "side_reference": params.side_reference, "bilateral_share": params.bilateral_share,
-                       "min_focus_ml": params.min_focus_ml})
+                       "min_focus_ml": params.min_focus_ml,
+                       "whole": _whole(np.isin(lab, sorted(labels)), mask.affine, vox, midline, params)})
+
+
+def _whole(m: np.ndarray, affine: np.ndarray, vox_ml: float, midline: Midline | None,
+           p: RoiFeaturesParams) -> dict[str, Any]:
+    """The lesion as a whole (the union of every ROI measured, e.g. a tumour's compartments):
+    its side, shares, foci and the multifocal flag, which per-compartment rows cannot give."""
+    foci = _foci(m, affine, vox_ml, midline, p)
+    return {"volume_ml": float(np.count_nonzero(m) * vox_ml),
+            **_laterality(np.argwhere(m), affine, midline, p.bilateral_share),
+            "n_foci": len(foci), "multifocal": len(foci) >= 2, "foci": foci}
 
 
 def _frames(phases: Table | None, lv_curve: np.ndarray) -> tuple[int, int, str]:

@@ -124,3 +124,68 @@ def test_no_midline_no_side() -> None:
     assert row["side"] == "" and row["right_share_pct"] is None and row["_meta"]["midline"] is None
     off = _features(body, _ball(shape, (10, 20, 10), 4.0), aff, side_reference="none")
     assert off["side"] == "" and off["n_foci"] == 1
+
+
+def _two_compartment_case(left_too: bool):
+    """A head with a right tumour (oedema 2 around necrosis 1) and, optionally, a second one on the left."""
+    shape, aff = (60, 64, 40), np.diag([3.0, 3.0, 3.0, 1.0])
+    aff[:3, 3] = (-300.0, 20.0, 0.0)  # world x < 0 everywhere; RAS grid: voxel i < 29.5 is the patient's left
+    head = _head(shape, np.array([29.5, 31.5, 19.5]), np.array([22.0, 26.0, 16.0]), seed=2)
+    lab = np.where(_ball(shape, (40, 30, 20), 5.0), 2, 0)
+    lab[_ball(shape, (40, 30, 20), 2.5)] = 1
+    if left_too:
+        lab[_ball(shape, (19, 34, 18), 3.5)] = 2
+    mask = Mask(lab.astype(np.int16), aff, labels={1: "necrotic_core", 2: "oedema"})
+    return call_tool("quant.roi_features", {"image": Image(head, aff.copy()), "mask": mask})["features"]
+
+
+def test_whole_tumour_multifocal_reaches_the_report() -> None:
+    """Per-compartment rows cannot tell one tumour from two: meta["whole"] does, and the report
+    says multifocal with each focus's side, while the R4 critic finds no issue in that draft."""
+    from bcer.actors.r4 import reflect
+    from bcer.tools.reporting import build_evidence, realise
+
+    single, multi = _two_compartment_case(False), _two_compartment_case(True)
+    assert single.meta["whole"]["side"] == "R" and single.meta["whole"]["multifocal"] is False
+    w = multi.meta["whole"]
+    assert w["multifocal"] and [f["side"] for f in w["foci"]] == ["R", "L"] and w["side"] == "bilateral"
+    assert w["volume_ml"] == pytest.approx(sum(f["volume_ml"] for f in w["foci"]))
+    one = build_evidence(features=single, domain="brain")
+    assert one.side == "right" and one.profile() == "single" and not one.concepts["multifocal"].present
+    ev = build_evidence(features=multi, domain="brain")
+    assert ev.side == "" and ev.laterality == "bilateral" and ev.profile() == "multifocal"
+    assert [e.side for e in ev.foci()] == ["right", "left"] and ev.concepts["multifocal"].present
+    draft = realise(ev)
+    text = " ".join(draft.findings + draft.impression)
+    assert "multifocal, with 2 `[" in text and "Focus `focus_1` is right-hemispheric" in text
+    assert "Focus `focus_2` is left-hemispheric" in text and "foci lie on both sides of the midline" in text
+    assert draft.impression[0].startswith("Multifocal bilateral intra-axial glioma")
+    assert reflect(draft, ev) == []
+    assert realise(one).findings[0] == "There is a right-hemispheric intra-axial tumour."
+
+
+def _two_tumours(seed: int, grade: str):
+    """One phantom brain with a tumour in each hemisphere: the same seed gives the same grid and
+    anatomy whichever side is asked for (noise-free base family), so the two cases combine."""
+    a = make_brain("a", seed, size="small", grade=grade, side="right")
+    b = make_brain("b", seed, size="small", grade=grade, side="left")
+    sb = np.asarray(b.labels["seg"].data)
+    seqs = {k: Image(np.where(sb > 0, b.sequences[k].data, a.sequences[k].data), a.sequences[k].affine.copy(),
+                     {"sequence": k}) for k in ("T1", "T1c", "T2", "FLAIR")}
+    return seqs, np.where(sb > 0, sb, np.asarray(a.labels["seg"].data))
+
+
+@pytest.mark.parametrize("seed,grade", [(3, "HGG"), (4, "LGG")])
+def test_seg_brain_tumor_keeps_every_focus(seed: int, grade: str) -> None:
+    """Two tumours, one per hemisphere: the segmenter keeps both (WT Dice >= 0.9, where keeping
+    only the largest gives ~0.65) and roi_features reports two foci, one on each side."""
+    from bcer.metrics import dice
+
+    seqs, truth = _two_tumours(seed, grade)
+    ports = {"t1": seqs["T1"], "t1c": seqs["T1c"], "t2": seqs["T2"], "flair": seqs["FLAIR"]}
+    out = call_tool("seg.brain_tumor", ports)
+    assert dice(out["wt"].data > 0, truth > 0) >= 0.9
+    only_main = call_tool("seg.brain_tumor", ports, {"satellite_fraction": 1.0})
+    assert dice(only_main["wt"].data > 0, truth > 0) < 0.75
+    w = call_tool("quant.roi_features", {"image": seqs["T1c"], "mask": out["labels"]})["features"].meta["whole"]
+    assert w["multifocal"] and sorted(f["side"] for f in w["foci"]) == ["L", "R"]

@@ -30,6 +30,11 @@ def _run(node: str, tool: str, inputs: dict, params: dict | None = None) -> dict
 
 def _resolve(art: Any, key: str) -> float:
     """The value an evidence key names inside an artifact."""
+    if isinstance(art, Table) and key.startswith("meta."):  # meta["whole"] of quant.roi_features
+        node: Any = art.meta
+        for part in re.findall(r"\w+|\[\d+\]", key[5:]):
+            node = node[int(part[1:-1])] if part.startswith("[") else node[part]
+        return node
     if isinstance(art, Table):
         m = re.fullmatch(r"rows\[(\d+)\]\.(\w+)", key)
         return art.rows[int(m.group(1))][m.group(2)] if m else art.rows[0][key]

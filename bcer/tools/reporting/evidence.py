@@ -80,14 +80,28 @@ class Evidence:
     def lesions(self) -> list[Entity]:
         return [e for e in self.entities.values() if e.kind == "lesion"]
 
+    def foci(self) -> list[Entity]:
+        """The separate foci of a multifocal brain tumour (none for a single one)."""
+        return [e for e in self.entities.values() if e.kind == "focus"]
+
     def required_ids(self) -> list[str]:
         return [f.id for f in self.facts.values() if f.required]
 
     @property
-    def side(self) -> str:
-        """The side of the (single) tumour, for brain reports."""
+    def laterality(self) -> str:
+        """left | right | bilateral | "" of the whole tumour (its union of compartments when the
+        table says, else the compartments' one side), for brain reports."""
+        t = self.entities.get("tumour")
+        if t is not None and t.kind == "tumour":
+            return t.side
         sides = {e.side for e in self.entities.values() if e.kind == "compartment" and e.side}
-        return sides.pop() if len(sides) == 1 else ""
+        return sides.pop() if len(sides) == 1 else ("bilateral" if sides else "")
+
+    @property
+    def side(self) -> str:
+        """The side of the (single, one-sided) tumour, for brain reports."""
+        lat = self.laterality
+        return lat if lat in ("left", "right") else ""
 
     # ---- profile (Router, Retriever, memory) -----------------------------------------------
     def profile(self) -> str:
@@ -102,6 +116,8 @@ class Evidence:
         if self.domain == "cardiac":
             return "no_finding" if self.label == "NOR" else "single"
         if self.domain == "brain":
+            if self.foci():
+                return "multifocal"
             return "single" if any(e.kind == "compartment" for e in self.entities.values()) else "no_finding"
         return "single"
 
@@ -164,11 +180,37 @@ def _brain(ev: Evidence, table: Table, origin: dict[str, str]) -> None:
             key = col if len(table.rows) == 1 else f"rows[{i}].{col}"
             _add(ev, origin, key, col, roi, v, table.units.get(col, ""), side=side,
                  required=col in _BRAIN_REQUIRED)
+    _whole(ev, table, origin)
     vols = {e: (ev.fact(e, "volume_ml").value if ev.fact(e, "volume_ml") else 0.0)
             for e in ("enhancing", "necrotic_core", "oedema")}
     for concept, roi in (("enhancement", "enhancing"), ("necrosis", "necrotic_core"), ("oedema", "oedema")):
         f = ev.fact(roi, "volume_ml")
         ev.concepts[concept] = Concept(concept, vols[roi] > 0.0, [f.id] if f else [])
+
+
+def _side_of(v: Any) -> str:
+    return "bilateral" if str(v) == "bilateral" else _SIDE.get(str(v), "")
+
+
+def _whole(ev: Evidence, table: Table, origin: dict[str, str]) -> None:
+    """The tumour as a whole (``meta["whole"]`` of quant.roi_features): its side, the share on
+    each side of the midline, its foci (each a ``focus`` entity when it is multifocal)."""
+    whole = table.meta.get("whole") or {}
+    if not whole:
+        return
+    ev.entities["tumour"] = Entity("tumour", "tumour", "tumour", side=_side_of(whole.get("side", "")))
+    for key in ("right_share_pct", "left_share_pct"):
+        _add(ev, origin, f"meta.whole.{key}", key, "tumour", whole.get(key), "%")
+    n = _add(ev, origin, "meta.whole.n_foci", "n_foci", "tumour", whole.get("n_foci"), "", role="count")
+    multifocal = bool(whole.get("multifocal"))
+    ev.concepts["multifocal"] = Concept("multifocal", multifocal, [n.id] if n else [])
+    if not multifocal:
+        return
+    for k, f in enumerate(whole.get("foci") or [], start=1):
+        fid = f"focus_{f.get('focus', k)}"
+        ev.entities[fid] = Entity(fid, "focus", fid.replace("_", " "), side=_side_of(f.get("side", "")))
+        for col, unit in (("volume_ml", "mL"), ("max_diameter_mm", "mm")):
+            _add(ev, origin, f"meta.whole.foci[{k - 1}].{col}", col, fid, f.get(col), unit, side=ev.entities[fid].side)
 
 
 def _cardiac(ev: Evidence, table: Table, origin: dict[str, str]) -> None:

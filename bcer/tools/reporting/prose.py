@@ -66,9 +66,26 @@ def _cap(s: str) -> str:
 
 
 # ---- brain -------------------------------------------------------------------------------------
+def _crosses(ev: Evidence) -> bool:
+    """Tissue on both sides of the midline in one piece (not separate foci, one on each side)."""
+    return ev.laterality == "bilateral" and (not ev.foci() or any(e.side == "bilateral" for e in ev.foci()))
+
+
 def _brain_overview(ev: Evidence, d: int) -> list[str]:
     side = ev.side
-    return [f"There is a {side}-hemispheric intra-axial tumour." if side else "There is an intra-axial tumour."]
+    out = [f"There is a {side}-hemispheric intra-axial tumour." if side else "There is an intra-axial tumour."]
+    right, left = ev.fact("tumour", "right_share_pct"), ev.fact("tumour", "left_share_pct")
+    if ev.laterality == "bilateral" and right and left:
+        out.append(f"It crosses the midline: {num(right, d)} of it lies right and {num(left, d)} left of the midline."
+                   if _crosses(ev) else f"Its foci lie on both sides of the midline: {num(right, d)} of the tumour "
+                                        f"right and {num(left, d)} left of it.")
+    foci = ev.foci()
+    if foci:
+        out.append(f"It is multifocal, with {num(ev.fact('tumour', 'n_foci'), d, unit='')} separate foci.")
+        out += [f"Focus `{e.id}` is {f'{e.side}-hemispheric' if e.side in ('left', 'right') else 'across the midline'}"
+                f", {num(ev.fact(e.id, 'volume_ml'), d)} in volume and {num(ev.fact(e.id, 'max_diameter_mm'), d)} in "
+                f"largest diameter." for e in foci]
+    return out
 
 
 def _brain_part(roi: str, present: str, absent: str) -> Callable[[Evidence, int], list[str]]:
@@ -82,7 +99,9 @@ def _brain_part(roi: str, present: str, absent: str) -> Callable[[Evidence, int]
 
 def _brain_impression(ev: Evidence, d: int) -> list[str]:
     side = ev.side
-    where = f"{_cap(side)}-hemispheric glioma" if side else "Intra-axial glioma"
+    where = (f"{_cap(side)}-hemispheric glioma" if side else "Intra-axial glioma crossing the midline" if _crosses(ev)
+             else "Bilateral intra-axial glioma" if ev.laterality == "bilateral" else "Intra-axial glioma")
+    where = f"Multifocal {where[0].lower()}{where[1:]}" if ev.foci() else where
     grade = {"HGG": "a high-grade glioma (`HGG`)", "LGG": "a low-grade glioma (`LGG`)"}.get(ev.label, f"`{ev.label}`")
     out = [f"{where} with features of {grade}."]
     rule = next((r for r in ev.rules if "enhancing volume" in str(r.get("rule"))), None)
