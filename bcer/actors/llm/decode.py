@@ -27,7 +27,8 @@ log = logging.getLogger(__name__)
 STEP_SYSTEM = (
     "You are the Brain of bcer, an MRI analysis engine. You build a workflow one step at a time. "
     "Each answer is ONE JSON step: the tool to run next and, for each input listed under it, one "
-    "of the options shown. Pick what serves the goal; options are listed best first by bcer's rules. "
+    "of the options shown. Options are listed best first by bcer's rules; the first tool and the first "
+    "option of each input are the defaults: keep them unless the goal asks for something else. "
     "Answer with the JSON step only.")
 STEP_EXAMPLE = '{"tool":"a.first","args":{"image":"@seq.T2","mask":"@node.b_second.mask"}}'
 STEP_MAX_TOKENS = 128  # one step is ~40 tokens; a rambling unconstrained answer is cut here

@@ -8,7 +8,8 @@ The removed ``guided_json``/``guided_decoding`` keys are never sent: vLLM >= 0.1
 silently ignores them, returning unconstrained text.
 
 Transport failures are retried a bounded number of times with exponential back-off (429, 5xx,
-timeouts, refused connections), then become typed ``ToolError``s: ``timeout`` (the server did
+timeouts, refused or dropped connections, bodies that are not a completion), then become typed
+``ToolError``s (with ``attempts`` in their context): ``timeout`` (the server did
 not answer in time), ``resource`` (unreachable, unknown model, refused credentials),
 ``schema`` (an answer that is not a chat completion), ``internal`` (any other refusal).
 """
@@ -130,11 +131,13 @@ class OpenAIHTTPBackend:
                 "name": _schema_name(json_schema), "schema": json_schema, "strict": True}}
             if self._is_vllm:
                 kwargs["extra_body"] = {"structured_outputs": {"json": json_schema}}
+        def create(client: Any) -> tuple[Any, tuple[list[str], list[str | None]]]:
+            resp = client.chat.completions.create(**kwargs)
+            return resp, _texts(resp, self.base_url)  # a garbage body is retried like a 5xx
+
         t0 = time.perf_counter()
-        resp, retries = self._call(lambda c: c.chat.completions.create(**kwargs), what="chat completion",
-                                   count=True)
+        (resp, (texts, finish)), retries = self._call(create, what="chat completion", count=True)
         latency = time.perf_counter() - t0
-        texts, finish = _texts(resp, self.base_url)
         usage = getattr(resp, "usage", None)
         return LLMReply(texts=texts, backend=self.name, model=str(getattr(resp, "model", None) or self.model),
                         prompt_digest=prompt_digest(messages, json_schema),
@@ -167,8 +170,17 @@ class OpenAIHTTPBackend:
                 err = _status_error(e, what, self.base_url, attempt + 1)
                 retry = e.status_code in RETRY_STATUS
             except openai.APIResponseValidationError as e:
-                raise ToolError(ErrorCode.schema, f"{what}: {self.base_url} answered something that is not a "
-                                f"completion: {e}", url=self.base_url) from None
+                err = ToolError(ErrorCode.schema, f"{what}: {self.base_url} answered something that is not a "
+                                f"completion: {e}", url=self.base_url, attempts=attempt + 1)
+                retry = True
+            except ValueError as e:  # a body that says JSON and is not (the client's json.loads)
+                err = ToolError(ErrorCode.schema, f"{what}: {self.base_url} answered a body that is not JSON: {e}",
+                                url=self.base_url, attempts=attempt + 1)
+                retry = True
+            except ToolError as e:  # the body parsed but holds no completion (no choices, no text)
+                if e.code is not ErrorCode.schema:
+                    raise
+                err, retry = e.with_context(attempts=attempt + 1), True
             except openai.OpenAIError as e:
                 raise ToolError(ErrorCode.internal, f"{what}: {type(e).__name__}: {e}", url=self.base_url) from None
             if not retry or attempt == self.max_retries:

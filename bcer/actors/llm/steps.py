@@ -140,12 +140,32 @@ def port_options(state: StepState, spec: ToolSpec, port: Any) -> list[str]:
     if identity:  # never another sequence in its place (the offline Brain's rule too)
         options = same + [t for t in options if not t.startswith("@seq.") and state.identity(t) in (None, identity)]
     seqs = [t for t in options if t.startswith("@seq.")]
+    options = _one_field_per_step(state, port.name, options)
     if state.contract is not None:
         have = state.case.sequences
         fit = [t for t in seqs if state.contract.role_problem(spec.name, port.name, t[5:], have) is None]
         if fit and len(fit) < len(seqs):
             options = fit + [t for t in options if not t.startswith("@seq.")]
     return [t for t in options if (spec.name, port.name, t) not in state.banned]
+
+
+def _one_field_per_step(state: StepState, port: str, options: list[str]) -> list[str]:
+    """One output per producing step: the field named like the port, else the step's first
+    output of the kind (the compiler's rule for deliverables). The choice is between
+    producers; which of a segmenter's four masks feeds a ``mask`` port is not a planning
+    decision a model can make better than that rule (measured: SmolLM2 bound ``tc``/``wt``)."""
+    out, seen = [], set()
+    for t in options:
+        if not t.startswith("@node."):
+            out.append(t)
+            continue
+        sid = t.split(".")[1]
+        if sid in seen:
+            continue
+        same = f"@node.{sid}.{port}"
+        out.append(same if same in options else t)
+        seen.add(sid)
+    return out
 
 
 def _choice(state: StepState, spec: ToolSpec) -> Choice | None:
@@ -317,13 +337,15 @@ def step_text(state: StepState) -> str:
 
 
 def choices_text(options: list[Choice]) -> str:
-    """The candidate tools (best first by bcer's rules) and the options of each port to choose."""
+    """The candidate tools and the options of each port to choose, best first by bcer's rules
+    (the first is marked as the default), each tool with its milestone and outputs."""
     lines = []
-    for c in options:
+    for i, c in enumerate(options):
         desc = re.split(r"(?<=\.)\s", (c.spec.description or "").strip(), maxsplit=1)[0][:140]
-        lines.append(f"- {c.tool} [milestone {c.spec.milestone}]: {desc}")
+        outs = ", ".join(f"{p.name} ({p.kind.value})" for p in c.spec.outputs)
+        lines.append(f"- {c.tool}{' (default)' if i == 0 else ''} [milestone {c.spec.milestone}; makes {outs}]: {desc}")
         for port, opts in sorted(c.free().items()):
-            lines.append(f"    {port}: one of {', '.join(opts)}")
+            lines.append(f"    {port}: one of {opts[0]} (default), {', '.join(opts[1:])}")
     return "\n".join(lines)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 
 import numpy as np
@@ -131,11 +132,67 @@ def test_garbage_answers_are_schema_errors(httpserver) -> None:
     httpserver.expect_oneshot_request("/v1/chat/completions").respond_with_json({"id": "x", "choices": []})
     httpserver.expect_oneshot_request("/v1/chat/completions").respond_with_data("<html>oops</html>",
                                                                               content_type="text/html")
-    be = backend(httpserver)
+    be = backend(httpserver, max_retries=0)
     for _ in range(2):
         with pytest.raises(ToolError) as err:
             be.complete(MESSAGES)
         assert err.value.code is ErrorCode.schema
+    # a garbage body is retried (bounded) like a 5xx: garbage, then a completion
+    httpserver.expect_oneshot_request("/v1/chat/completions").respond_with_data("{\"choices\": nul",
+                                                                              content_type="application/json")
+    httpserver.expect_oneshot_request("/v1/chat/completions").respond_with_json(completion('{"answer":"yes"}'))
+    reply = backend(httpserver, max_retries=2).complete(MESSAGES)
+    assert reply.texts == ['{"answer":"yes"}'] and reply.meta["retries"] == 1
+
+
+class DroppingServer:
+    """A raw TCP server on 127.0.0.1 that reads each request and closes the socket without a
+    byte of answer (a crashed or restarting server); counts the connections it dropped."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.dropped = 0
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                self.dropped += 1
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_dropped_connections_are_retried_then_typed_and_recorded_as_llm_calls(tmp_path) -> None:
+    server = DroppingServer()
+    try:
+        be = make_backend(f"http://127.0.0.1:{server.port}/v1#m", max_retries=2, backoff_s=0.01, timeout_s=5)
+        with pytest.raises(ToolError) as err:
+            be.complete(MESSAGES)
+        assert err.value.code is ErrorCode.resource and err.value.context["attempts"] == 3
+        assert server.dropped == 6  # /models and the completion: each the first try and two retries
+        # the planner over a dead server: a typed error at once (no fallback), the failed call an event
+        seqs = {k: SequenceRef(path=str(write_nifti(Image(np.ones((4, 4, 4), np.float32), np.eye(4)),
+                                                    tmp_path / f"{k}.nii.gz"))) for k in ("T2", "FLAIR")}
+        case = Case(id="d1", root=str(tmp_path), domain="brain", sequences=seqs)
+        brain = LLMBrain(be)
+        with pytest.raises(ToolError) as err:
+            brain.plan(load_contract("denoise").goal, case, load_contract("denoise"))
+        assert err.value.code is ErrorCode.resource and server.dropped == 9
+        calls = [e for e in brain.pop_events(case.id) if e["kind"] == "llm_call"]
+        assert len(calls) == 1 and calls[0]["error_code"] == "resource"
+        assert calls[0]["data"]["attempts"] == 3 and calls[0]["data"]["accepted"] is False
+    finally:
+        server.close()
 
 
 def test_bad_spec_is_a_typed_error() -> None:
