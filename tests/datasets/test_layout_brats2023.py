@@ -69,6 +69,10 @@ def test_region_values_read_either_convention() -> None:
     assert brats2023.region_values(brats2023.SEG_LABELS, "wt") == (1, 2, 3)  # 4 (resection cavity) is no tumour
     assert brats2023.region_values(brats.SEG_LABELS, "et") == (4,)
     assert brats2023.region_values(brats.SEG_LABELS, "tc") == (1, 4)
+    msd = {1: "edema", 2: "non-enhancing tumor", 3: "enhancing tumour"}  # MSD Task01 dataset.json
+    assert [brats2023.region_values(msd, r) for r in ("wt", "tc", "et")] == [(1, 2, 3), (2, 3), (3,)]
+    words = {1: "NETC", 2: "SNFH", 3: "ET", 4: "RC resection cavity"}
+    assert [brats2023.region_values(words, r) for r in ("wt", "tc", "et")] == [(1, 2, 3), (1, 3), (3,)]
 
 
 def _scored(case, tmp: Path, prediction: np.ndarray) -> dict:

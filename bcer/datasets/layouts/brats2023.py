@@ -42,15 +42,35 @@ REGIONS = {"wt": ("necrotic_core", "oedema", "enhancing"), "tc": ("necrotic_core
 CASE_RX = re.compile(r"BraTS-[A-Za-z]+-\d+-\d+")
 _TO_2023 = {1: 1, 2: 2, 4: 3}  # bcer's phantom labels (BraTS 2018 values) -> 2023 values
 
-__all__ = ["NAME", "FILE_KEYS", "SEG_LABELS", "REGIONS", "detect", "read", "write", "region_values",
-           "labels_for_name"]
+__all__ = ["NAME", "FILE_KEYS", "SEG_LABELS", "REGIONS", "compartment", "detect", "read", "write",
+           "region_values", "labels_for_name"]
+
+
+def compartment(name: str) -> str | None:
+    """bcer's compartment name for a label name as datasets write it (``NETC``, ``non-enhancing
+    tumor``, ``edema``, ``SNFH``, ``enhancing tumour``, ``ET``); None for a resection cavity,
+    background or a name that says no compartment."""
+    key = re.sub(r"[\s_\-]+", " ", str(name).strip().lower())
+    if key in REGIONS["wt"]:
+        return key
+    words = set(key.split())
+    if "cavity" in key or "background" in key:
+        return None
+    if re.search(r"non ?enhanc|necro|cyst", key) or words & {"netc", "ncr", "net", "cc"}:
+        return "necrotic_core"  # the non-enhancing core (BraTS TC without ET)
+    if "enhanc" in key or words & {"et"}:
+        return "enhancing"
+    if re.search(r"o?edema|hyperintens", key) or words & {"snfh", "ed"}:
+        return "oedema"
+    return None
 
 
 def region_values(labels: Mapping[int, str], region: str) -> tuple[int, ...]:
     """Label values of BraTS region ``wt``/``tc``/``et`` in a label table that names its
-    values (``{1: "necrotic_core", 2: "oedema", 3: "enhancing"}`` gives ET = (3,))."""
+    values (``{1: "necrotic_core", 2: "oedema", 3: "enhancing"}`` gives ET = (3,); MSD's
+    ``{1: "edema", 2: "non-enhancing tumor", 3: "enhancing tumour"}`` gives TC = (2, 3))."""
     names = REGIONS[region]
-    return tuple(sorted(int(v) for v, n in labels.items() if n in names))
+    return tuple(sorted(int(v) for v, n in labels.items() if compartment(n) in names))
 
 
 def labels_for_name(name: str) -> dict[int, str] | None:
