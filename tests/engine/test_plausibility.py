@@ -350,6 +350,17 @@ def test_tumour_in_brain_from_feature_centroids(tmp_path, brain) -> None:
     f = js(tmp_path / "features.json", {"kind": "table", "rows": rows})
     r = run("tumour_in_brain", tmp_path, {"features": f}, "features", c=c)
     assert r.ok is False and r.value == 0.0
+    # quant.roi_features 1.1: side "bilateral", foci; a focus outside the brain fails the check
+    rows[0].update(centroid_x=54.0, centroid_y=84.0, side="bilateral", n_foci=2, multifocal=True)
+    foci = [{"focus": 1, "centroid_x": 54.0, "centroid_y": 84.0, "centroid_z": 60.0, "side": "L"},
+            {"focus": 2, "centroid_x": 140.0, "centroid_y": 160.0, "centroid_z": 60.0, "side": "R"}]
+    meta = {"whole": {"side": "bilateral", "multifocal": True, "foci": foci}}
+    f = js(tmp_path / "features.json", {"kind": "table", "rows": rows, "meta": meta})
+    r = run("tumour_in_brain", tmp_path, {"features": f}, "features", c=c)
+    assert r.ok is False and r.value == pytest.approx(2 / 3) and "of 3 ROI centroids" in r.message  # row + 2 foci
+    foci[1].update(centroid_x=90.0, centroid_y=84.0)
+    f = js(tmp_path / "features.json", {"kind": "table", "rows": rows, "meta": meta})
+    assert run("tumour_in_brain", tmp_path, {"features": f}, "features", c=c).ok
 
 
 def test_brats_labels_and_nested_compartments(tmp_path, brain) -> None:

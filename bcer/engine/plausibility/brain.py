@@ -77,7 +77,8 @@ def inside_mask(mask: np.ndarray, affine: np.ndarray, points: np.ndarray, margin
 def tumour_in_brain(x: Inputs, p: BrainParams) -> Verdict:
     """The tumour lies inside the brain: at least 95 % of its voxels (a label map or mask
     deliverable), or every ROI centroid (a features table), inside the brain mask of the
-    input (grown by 2 mm for the partial-volume rim), and the whole tumour is at most half
+    input (grown by 2 mm for the partial-volume rim; the centroids of the rows and of every
+    focus of ``meta["whole"]``, the tumour's separate foci), and the whole tumour is at most half
     the brain volume (our choice: a "tumour" that large is a mask that leaked). Value: the
     share inside."""
     inp = x.sequence(p.sequence)
@@ -93,8 +94,10 @@ def tumour_in_brain(x: Inputs, p: BrainParams) -> Verdict:
         tumour_ml = float(tum.sum()) * seg.voxel_ml
         what = f"{100 * inside:.1f} % of {int(tum.sum())} tumour voxels"
     else:
-        rows = [r for r in x.json().get("rows", []) if isinstance(r, dict)]
-        cents = [[r.get(f"centroid_{a}") for a in "xyz"] for r in rows]
+        table = x.json()
+        rows = [r for r in table.get("rows", []) if isinstance(r, dict)]
+        foci = ((table.get("meta") or {}).get("whole") or {}).get("foci") or []  # every focus must be in the brain too
+        cents = [[r.get(f"centroid_{a}") for a in "xyz"] for r in rows + [f for f in foci if isinstance(f, dict)]]
         cents = [c for c in cents if all(isinstance(v, (int, float)) for v in c)]
         if not cents:
             raise Unavailable("features table has no centroid_x/y/z")
