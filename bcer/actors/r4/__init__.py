@@ -6,10 +6,12 @@ deliverable (drafts, reflects, repairs) and curates a verified one into the exem
 from .drafter import LLMDrafter, TemplateDrafter
 from .issues import ISSUE_TYPES, WEIGHTS, Fix, Issue, count_by_type, penalty
 from .loop import R4Config, R4Loop, R4Outcome
+from .opinion import LLMSecondOpinion
 from .reflect import reflect
 from .repair import LLMWordingTier, apply_fixes, repair
 from .router import Route, route
 
-__all__ = ["ISSUE_TYPES", "WEIGHTS", "Fix", "Issue", "LLMDrafter", "LLMWordingTier", "R4Config", "R4Loop",
+__all__ = ["ISSUE_TYPES", "WEIGHTS", "Fix", "Issue", "LLMDrafter", "LLMSecondOpinion", "LLMWordingTier", "R4Config",
+           "R4Loop",
            "R4Outcome", "Route", "TemplateDrafter", "apply_fixes", "count_by_type", "penalty", "reflect", "repair",
            "route"]

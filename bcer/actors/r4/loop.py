@@ -15,6 +15,7 @@ from ...tools.reporting.evidence import Evidence
 from ...tools.reporting.prose import Draft
 from .drafter import Drafter, TemplateDrafter
 from .issues import Issue, count_by_type, penalty
+from .opinion import LLMSecondOpinion
 from .reflect import reflect
 from .repair import LLMWordingTier, repair
 from .router import Route, route
@@ -67,12 +68,22 @@ def _event(kind: str, message: str, **data: Any) -> dict[str, Any]:
 
 class R4Loop:
     """Args: drafter (template or LLM), retrieve (``fn(route, text, exclude_case) -> hits`` or
-    None), wording (an LLMWordingTier or None), config."""
+    None), wording (an LLMWordingTier or None), config, opinion (an LLMSecondOpinion asked about
+    the sentences the rules cannot read, or None)."""
 
     def __init__(self, drafter: Drafter | None = None, retrieve: Any = None, wording: LLMWordingTier | None = None,
-                 config: R4Config | None = None):
+                 config: R4Config | None = None, opinion: LLMSecondOpinion | None = None):
         self.drafter = drafter or TemplateDrafter()
-        self.retrieve, self.wording, self.cfg = retrieve, wording, config or R4Config()
+        self.retrieve, self.wording, self.cfg, self.opinion = retrieve, wording, config or R4Config(), opinion
+
+    def _critique(self, draft: Draft, ev: Evidence, events: list[dict[str, Any]]) -> list[Issue]:
+        """The rules' issues, with the LLM's validated second opinion on unreadable sentences."""
+        issues = reflect(draft, ev, self.cfg.decimals)
+        if self.opinion is not None:
+            issues, call = self.opinion.review(draft, ev, issues)
+            if call:
+                events.append(_event("llm_call", "R4 second opinion", **call))
+        return issues
 
     def run(self, ev: Evidence, *, task: str, case: str = "", history: str = "",
             seed: Draft | None = None) -> R4Outcome:
@@ -97,7 +108,8 @@ class R4Loop:
             events.append(_event("r4_draft", f"draft {n} ({x.source}): penalty {pens[n]}", index=n, source=x.source,
                                  penalty=pens[n], issues=count_by_type(iss)))
         best = min(range(len(drafts)), key=lambda n: (pens[n], n))
-        draft, issues = drafts[best], scored[best]
+        draft = drafts[best]
+        issues = self._critique(draft, ev, events) if self.opinion is not None else scored[best]
         events.append(_event("r4_reflect", f"best of {len(drafts)}: draft {best}, penalty {pens[best]}",
                              chosen=best, penalties=pens, issues=count_by_type(issues),
                              detail=[i.model_dump(mode="json", exclude={"fix"}) for i in issues[:20]]))
@@ -107,12 +119,12 @@ class R4Loop:
                 break
             draft, applied = repair(draft, ev, issues, d)
             repairs += len(applied)
-            after = reflect(draft, ev, d)
+            after = self._critique(draft, ev, events)
             if self.wording is not None and any(i.material for i in after):
                 draft, call = self.wording.rewrite(draft, ev, after, d)
                 if call:
                     events.append(_event("llm_call", "R4 wording repair", **call))
-                after = reflect(draft, ev, d)
+                after = self._critique(draft, ev, events)
             events.append(_event("r4_repair", f"pass {p + 1}: {len(applied)} fix(es), penalty {penalty(issues)} -> "
                                  f"{penalty(after)}", passes=p + 1, applied=[
                                      {"type": i.type, "section": i.section, "sentence": i.sentence, "op": i.fix.op,
@@ -120,7 +132,7 @@ class R4Loop:
                                  penalty_before=penalty(issues), penalty_after=penalty(after),
                                  remaining=count_by_type(after)))
             issues = after
-        final = reflect(draft, ev, d)  # the verdict is a full, fresh critique of the final text, never a replay
+        final = self._critique(draft, ev, events)  # the verdict: a full, fresh critique of the final text
         events.append(_event("r4_reflect", f"final critique: {penalty(final)} penalty, "
                              f"{sum(i.material for i in final)} material issue(s)", final=True,
                              issues=count_by_type(final),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ...tools.reporting.evidence import Evidence, Fact
 from ...tools.reporting.lexicon import CHAMBER, LESION_ID, side_of
@@ -68,11 +69,16 @@ class Quantity:
 
 
 def fact_dim(f: Fact) -> tuple[str, float]:
-    if f.role == "slice":
+    return _dim(f.role, f.name, f.unit)
+
+
+@lru_cache(maxsize=1024)
+def _dim(role: str, name: str, unit: str) -> tuple[str, float]:
+    if role == "slice":
         return "slice", 1.0
-    if f.role in ("score", "rule_value", "rule_threshold") or f.name.startswith(("centroid", "midline")):
+    if role in ("score", "rule_value", "rule_threshold") or name.startswith(("centroid", "midline")):
         return "", 1.0  # coordinates and rule values are not what a report's prose states
-    return UNITS.get(f.unit.lower(), ("", 1.0)) if f.unit else ("plain", 1.0)
+    return UNITS.get(unit.lower(), ("", 1.0)) if unit else ("plain", 1.0)
 
 
 def _unit(text: str) -> tuple[str, float] | None:

@@ -14,6 +14,7 @@ Deterministic and pure: the same draft and evidence always give the same issues.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Iterable
 
 from ...metrics import box_iou
@@ -299,6 +300,7 @@ def concept_sentence(ev: Evidence, key: str, like: str = "") -> str:
     return best
 
 
+@lru_cache(maxsize=4096)  # pure in (sentence, domain); the critic asks for each sentence several times
 def concept_mentions(s: str, domain: str) -> list[tuple]:
     """(concept, claims present, keyword match, chamber span, chamber side, wrong side) of each
     concept mention of a sentence. A negation cue within the clause, up to 6 words before, or
@@ -514,6 +516,8 @@ def reflect(draft: Draft, ev: Evidence, decimals: int = 1) -> list[Issue]:
         elsewhere = set().union(*(c for j, c in enumerate(claims) if j != n)) if len(claims) > 1 else set()
         issues += _finish(st, elsewhere, set().union(*(x for j, x in enumerate(numbered) if j != n)))
     stated = {i for st in read if st for i in st.stated} | _no_abnormal_segments(draft, ev)
+    # a fact written with a wrong value is a contradiction, not also an omission (its repair states it)
+    stated |= {x for i in issues if i.type in ("contradiction", "localization") for x in i.evidence_ids}
     issues += _missing(draft, ev, decimals, stated)
     issues += _boxes(draft, ev)
     seen, out = set(), []

@@ -20,6 +20,7 @@ from ...tools.reporting.prose import Box, Draft
 from ..memory import MemoryClient
 from .drafter import LLMDrafter, TemplateDrafter
 from .loop import R4Config, R4Loop
+from .opinion import LLMSecondOpinion
 from .repair import LLMWordingTier
 from .router import Route
 
@@ -70,6 +71,7 @@ class R4Reviewer:
         self.llm, self.cfg, self.own_memory = llm, config or R4Config(), own_memory
         self.drafter = LLMDrafter(llm) if llm is not None else TemplateDrafter()
         self.wording = LLMWordingTier(wording_llm) if wording_llm is not None else None
+        self.opinion = LLMSecondOpinion(wording_llm) if wording_llm is not None else None
 
     def _retrieve(self, route: Route, text: str, case: str) -> list[dict[str, Any]]:
         hits = self.memory.search(route.task, text, route.retrieve_k, route.scope.get("profile"), case or None)
@@ -84,7 +86,8 @@ class R4Reviewer:
         decimals = int(p.get("decimals", self.cfg.decimals))
         ev = build_evidence(**{k: v for k, v in request.inputs.items() if k in _PORTS}, domain=p.get("domain", "auto"))
         cfg = R4Config(self.cfg.k, self.cfg.max_passes, self.cfg.retrieve_k, decimals)
-        loop = R4Loop(self.drafter, self._retrieve if self.memory is not None else None, self.wording, cfg)
+        loop = R4Loop(self.drafter, self._retrieve if self.memory is not None else None, self.wording, cfg,
+                      self.opinion)
         out = loop.run(ev, task=request.task or ev.domain, case=request.case_id, history=request.history,
                        seed=_seed(request.report))
         summary = out.summary()

@@ -63,8 +63,9 @@ UNSUPPORTED_FINDINGS = re.compile(
     r"\blate (?:gadolinium )?enhancement\b|\bLGE\b|\bthromb\w*|\bregurgita\w*|\bstenos\w*|\batri(?:um|al)\b|"
     r"\baort\w*|\bvalv\w*|\bpleural\b|\baneurysm\w*", re.IGNORECASE)
 # a header, disclaimer or evidence table line: metadata, not a finding to check
-METADATA = re.compile(r"^\s*(?:<!--|\[meta\]|>|\|)|^\s*(?:research use only|case(?: id)?:|input series|method|"
-                      r"bcer(?: version)?|run date|evidence|disclaimer)\b", re.IGNORECASE)
+# (the header and Evidence sections of bcer.tools.reporting.header, between <!-- bcer:metadata --> markers)
+METADATA = re.compile(r"^\s*(?:<!--\s*/?bcer:metadata|\[\^\d+\]:|research use only\b|\*\*research use only|"
+                      r"-\s+(?:case|input series|method|bcer(?: version)?|run date|date|flags?)\s*:)", re.IGNORECASE)
 CLAUSE = re.compile(r"[;:,]|\bbut\b|\bwhile\b|\bwhereas\b")
 
 # "reduced ejection fraction" and "ejection fraction is reduced" (either word order)
