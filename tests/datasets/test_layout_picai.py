@@ -50,6 +50,13 @@ def test_mha_studies_read_with_exact_geometry(written, phantoms) -> None:
             np.testing.assert_allclose(img.affine, src.affine, atol=1e-9)
 
 
+def test_one_patient_folder_is_read_as_picai(written) -> None:
+    root, cases = written
+    assert detect_layout(root / "10000") == "picai"  # not the catch-all flat layout
+    (one,) = read_dataset(root / "10000", strict=True)
+    assert one.model_dump() == cases[0].model_dump()  # labels and marksheet found one level up
+
+
 def test_itk_affine_agrees_with_nibabel_on_the_same_image(tmp_path: Path) -> None:
     """SimpleITK writes one oblique image as .mha and .nii.gz; nibabel reads the NIfTI."""
     img = sitk.GetImageFromArray(np.arange(7 * 9 * 11, dtype=np.float32).reshape(7, 9, 11))

@@ -45,7 +45,8 @@ def detect_layout(root: str | Path, seq: Mapping[str, str] | None = None) -> str
             if layouts()[name].detect(root):
                 return name
         return "flat"
-    for name, mod in sorted(layouts().items()):
+    # flat (any folder of image files) is the catch-all: every specific layout is asked first
+    for name, mod in sorted(layouts().items(), key=lambda kv: (kv[0] == "flat", kv[0])):
         if mod.detect(root):
             return name
     raise ToolError(ErrorCode.schema, f"cannot tell the layout of {root}",
