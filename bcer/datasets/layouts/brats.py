@@ -1,4 +1,5 @@
-"""BraTS 2018 layout: ``Brats18_<ID>/Brats18_<ID>_{t1,t1ce,t2,flair,seg}.nii.gz``.
+"""BraTS 2018-2021 layout: ``Brats18_<ID>/Brats18_<ID>_{t1,t1ce,t2,flair,seg}.nii.gz``
+(2021: ``BraTS2021_<ID>/BraTS2021_<ID>_...``). BraTS 2023 and later are ``brats2023``.
 
 Reads the real training/validation folders (flat, or under ``HGG/`` and ``LGG/``, whose
 names then give the grade) and the optional ``survival_data.csv`` (age, survival). Writes
@@ -165,7 +166,8 @@ def read(root: Path) -> list[Case]:
     dirs = case_dirs(root) if root.is_dir() else []
     if not dirs:
         raise ToolError(ErrorCode.input_missing, f"no BraTS case folders under {root}",
-                        hint="expected Brats18_<ID>/Brats18_<ID>_t1.nii.gz ...", file=str(root))
+                        hint="expected Brats18_<ID>/Brats18_<ID>_t1.nii.gz ... (BraTS 2023+ folders, "
+                        "BraTS-GLI-00000-000/...-t1n.nii.gz, are layout brats2023)", file=str(root))
     top = root
     if _is_case_dir(root):  # the csv sits at the dataset root, above HGG/ and LGG/
         top = root.parent.parent if root.parent.name in _GRADE_DIRS else root.parent
