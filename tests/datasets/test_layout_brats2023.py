@@ -98,13 +98,13 @@ def test_scoring_maps_et_3_to_bcer_4_and_counts_a_partial_miss(real: Path, tmp_p
     assert q["dice_wt"] == 1.0
 
 
-def test_brats_2018_truth_still_scores_with_label_4(tmp_path: Path) -> None:
-    d = tmp_path / "Brats18_X_1"
+def test_brats_2021_folder_and_its_label_4_truth_still_score(tmp_path: Path) -> None:
+    d = tmp_path / "BraTS2021_00001"
     d.mkdir()
     seg = np.where(_seg() == 3, 4, _seg()).astype(np.int16)
     for key in ("t1", "t1ce", "t2", "flair"):
-        nib.save(nib.Nifti1Image(np.ones((16, 16, 12), np.float32), A), str(d / f"Brats18_X_1_{key}.nii.gz"))
-    nib.save(nib.Nifti1Image(seg, A), str(d / "Brats18_X_1_seg.nii.gz"))
+        nib.save(nib.Nifti1Image(np.ones((16, 16, 12), np.float32), A), str(d / f"BraTS2021_00001_{key}.nii.gz"))
+    nib.save(nib.Nifti1Image(seg, A), str(d / "BraTS2021_00001_seg.nii.gz"))
     assert detect_layout(tmp_path) == "brats"
     (case,) = read_dataset(tmp_path, strict=True)
     q = _scored(case, tmp_path / "out", seg)
