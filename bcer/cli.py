@@ -241,7 +241,7 @@ def run(data: O.Data = None, case: O.OldCase = None,
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     if len(cases) != 1:
-        _fail(ValueError(f"{data or case} holds {len(cases)} cases; use `bcer cohort` (or --case-id here)"))
+        _fail(ValueError(f"{data or case} holds {len(cases)} cases; use `bcer cohort` (--case-id ID picks one)"))
     result = _run_study(Study(cases, max_in_flight=1, gpu_concurrency=gpu_concurrency, model_actors=model_actors,
                               **shared), out, address, as_json)
     row = result.rows[0]

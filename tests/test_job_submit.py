@@ -1,5 +1,6 @@
 """End to end as users run a cluster: `ray start --head` on loopback with token auth, then
-`ray job submit --working-dir . -- bcer cohort ...`; the job's cohort is complete and valid.
+`ray job submit --working-dir . -- bcer cohort ...`; the job's cohort is complete and valid, and
+a cohort whose cases all fail is a FAILED job (bcer's exit code 1), never SUCCEEDED.
 
 The head gets its own ports and temp dir, so it never meets another Ray on the machine, and
 it is torn down by killing exactly its own processes (never `ray stop`, which would stop every
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -94,3 +96,12 @@ def test_ray_job_submit_runs_a_cohort_on_a_token_auth_head(head, tmp_path):
     assert (out / "cohort.parquet").exists() and all((out / r["case"] / "_DONE").exists() for r in rows)
     desc = json.loads((out / "dataset_description.json").read_text())
     assert desc["bcer"]["summary"]["succeeded"] == 2
+    # the same brain cases under a cardiac task: every case is rejected, the job must say FAILED
+    bad = _submit(head, "bcer", "cohort", "--data", str(data), "--task", "cardiac_report", "--out", str(tmp_path / "bad"),
+                  "--no-report")
+    log = bad.stdout + bad.stderr
+    # Ray's own words for a FAILED job, and the exit code it read from bcer
+    assert bad.returncode != 0 and re.search(r"Job '\S+' failed", log), log[-3000:]
+    assert "command failed with exit code 1" in log and "0/2 cases succeeded" in log, log[-3000:]
+    assert sorted(json.loads(p.read_text())["status"] for p in (tmp_path / "bad").glob("*/result.json")) == [
+        "rejected", "rejected"]
