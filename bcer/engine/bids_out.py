@@ -194,7 +194,8 @@ def _ignore_lines(out: Path, subjects: set[str]) -> list[str]:
             if not (q.is_dir() and (q.name.startswith("ses-") or q.name in _DATATYPES)):
                 lines.append(f"/{p.name}/{q.name}")
     # written after the cohort (HTML pages) or by other exports: ignored before they exist
-    return sorted(set(lines) | {"/report", "/predictions", "/dicom", "/cohort.parquet", "/events.parquet"})
+    return sorted(set(lines) | {"/report", "/predictions", "/dicom", "/cohort.parquet", "/events.parquet",
+                                "/measurements.parquet"})
 
 
 def _description(out: Path, name: str, generated_by: dict[str, Any], raw: Path | None) -> Path:

@@ -27,16 +27,12 @@ import numpy as np
 
 from ..contracts.case import Case
 from ..contracts.errors import ToolError
+from ..datasets.layouts import get_layout
+from ..datasets.layouts.brats2023 import compartment
 from ..tools.io.nifti import mask_label_names
 
 log = logging.getLogger(__name__)
 PREDICTIONS_DIR = "predictions"
-# label names that mean the same region across dataset conventions (BraTS 2018-2021 vs 2023+)
-_SYNONYMS = {
-    "enhancing": ("enhancing", "et", "enhancingtumor", "enhancingtumour"),
-    "necrotic_core": ("necroticcore", "ncr", "netc", "ncrnet", "necrotic", "nonenhancingtumorcore"),
-    "oedema": ("oedema", "edema", "ed", "snfh", "peritumoraledema", "surroundingnonenhancingflairhyperintensity"),
-}
 
 __all__ = ["Finished", "finished_cases", "grid_input", "label_mapping", "nifti_bytes", "remap", "write_predictions"]
 
@@ -131,21 +127,31 @@ def grid_input(done: Finished, name: str, formats: tuple[str, ...] | None = None
 
 
 def _norm(name: str) -> str:
-    key = re.sub(r"[^a-z0-9]", "", str(name).lower())
-    return next((canon for canon, alts in _SYNONYMS.items() if key in alts), key)
+    """A label name as the tumour compartment it means (``ET``, ``enhancing tumour`` -> ``enhancing``:
+    the one name table, ``brats2023.compartment``), else the name itself."""
+    return compartment(name) or re.sub(r"[^a-z0-9]", "", str(name).lower())
 
 
 def _truth_labels(case: Case) -> list[dict[int, str]]:
+    """The label tables of the case's ground truth, else the table its layout declares
+    (``SEG_LABELS``: a BraTS 2023 test case without a seg still gets ET = 3)."""
     refs = (case.ground_truth or {}).get("labels", {}) or {}
     tables = [{int(k): str(v) for k, v in ((r.get("options") or {}).get("labels") or {}).items()}
               for r in refs.values() if isinstance(r, dict)]
-    return [t for t in tables if t]
+    tables = [t for t in tables if t]
+    if not tables and case.layout:
+        try:
+            declared = getattr(get_layout(case.layout), "SEG_LABELS", None)
+        except (ToolError, KeyError, ValueError):
+            declared = None
+        tables = [dict(declared)] if declared else []
+    return tables
 
 
 def label_mapping(predicted: dict[int, str], case: Case) -> dict[int, int]:
-    """Predicted value -> the value the input dataset uses for that region (by name, through
-    :data:`_SYNONYMS`): BraTS 2021's ET is 4, BraTS 2023's is 3. Identity where the dataset
-    names no such region or has no label map."""
+    """Predicted value -> the value the input dataset uses for that region, matched by name:
+    BraTS 2021's ET is 4, BraTS 2023's is 3. Identity where the dataset names no such region
+    or has no label table."""
     for table in _truth_labels(case):
         by_name = {_norm(n): v for v, n in table.items()}
         mapping = {v: by_name[_norm(n)] for v, n in predicted.items() if _norm(n) in by_name}

@@ -88,6 +88,9 @@ def test_label_mapping_by_region_name():
     assert label_mapping(BRATS, plain) == {1: 1, 2: 2, 4: 4}  # no label map: bcer's own values
     gt = {"labels": {"seg": {"path": "/x", "options": {"labels": {"1": "NCR", "2": "ED", "3": "ET"}}}}}
     assert label_mapping(BRATS, Case(id="x", root="/tmp", ground_truth=gt)) == {1: 1, 2: 2, 4: 3}
+    test_case = Case(id="BraTS-GLI-00001-000", root="/tmp", layout="brats2023")  # no seg: the layout's table
+    assert label_mapping(BRATS, test_case) == {1: 1, 2: 2, 4: 3}
+    assert label_mapping({1: "gland"}, Case(id="x", root="/tmp", layout="brats2023")) == {1: 1}
 
 
 def test_entities_and_colliding_labels(tmp_path, caplog):
