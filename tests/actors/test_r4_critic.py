@@ -218,3 +218,21 @@ def test_second_opinion_is_validated_against_the_evidence(cardiac):
     loop = R4Loop(_Given(odd), config=R4Config(k=1), opinion=LLMSecondOpinion(_FakeLLM(good)))
     out = loop.run(cardiac, task="cardiac_report")
     assert out.verdict == "clean" and odd.findings[6] in out.draft.findings  # kept: the LLM's reading held
+
+
+def test_location_without_id_names_the_lesion_there():
+    t = _o(Table([{"roi": "gland", "volume_ml": 40.0}], {"volume_ml": "mL"}, "roi_features"), "q", "features")
+    items = [Finding(f"lesion_{k}", "lesion", ((10 * k, 10, 5), (10 * k + 5, 15, 8)), ((0, 0, 0), (1, 1, 1)),
+                     volume_ml=0.5, side=side, zone=zone, attributes={"size_mm": 9.0 + k, "adc": 700.0})
+             for k, side, zone in ((1, "L", "PZ"), (2, "R", "TZ"))]
+    c = _o(Classification("PI-RADS 4", [], scores={"lesion_1": 4.0, "lesion_2": 3.0}), "p", "classification")
+    ev = build_evidence(measurements=t, findings=_o(Findings(items), "d", "findings"), classification=c)
+    base = ["The prostate gland volume is 40.0 mL."] + [
+        f"Lesion {k} in the {w} measures {9 + k}.0 mm (0.5 mL), ADC 700 µm²/s, on images 5 to 7." for k, w in
+        ((1, "left PZ"), (2, "right TZ"))]
+    imp = ["Lesion 1 (left PZ): PI-RADS 4.", "Lesion 2 (right TZ): PI-RADS 3.", "Overall PI-RADS 4."]
+    assert _material(reflect(_d(base + ["The right transition zone lesion measures 11 mm."], imp, ev), ev)) == []
+    wrong = _d(base + ["The right transition zone lesion measures 14 mm."], imp, ev)
+    assert _material(reflect(wrong, ev)) == [("contradiction", "lesion_2")]  # the lesion at that location
+    nowhere = _d(base + ["A further lesion in the right PZ is suspicious."], imp, ev)
+    assert _material(reflect(nowhere, ev)) == [("localization", "")]

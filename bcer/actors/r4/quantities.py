@@ -171,11 +171,12 @@ def _by_keyword(cands: list[Fact], s: str, pos: int) -> list[Fact]:
     return best
 
 
-def ground(ev: Evidence, s: str, q: Quantity) -> tuple[str, Fact | None]:
-    """('ok', fact) | ('wrong', the fact it should state) | ('unsupported', None)."""
+def ground(ev: Evidence, s: str, q: Quantity, subject: str | None = None) -> tuple[str, Fact | None]:
+    """('ok', fact) | ('wrong', the fact it should state) | ('unsupported', None). ``subject``:
+    the entity the sentence is about when its words name none (a lesion named by location)."""
     if not q.dim:
         return "unsupported", None
-    scope = _scope(ev, s, q.span[0])
+    scope = _scope(ev, s, q.span[0]) or ({subject} if subject else None)
     cands = [f for f in ev.facts.values() if fact_dim(f)[0] == q.dim and (scope is None or f.entity in scope)]
     if not cands:
         return "unsupported", None

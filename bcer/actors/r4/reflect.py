@@ -80,12 +80,22 @@ class _Sentence:
                                  evidence_ids=list(ids), found=found, expected=expected, message=message, fix=fix))
 
     def subject(self) -> str | None:
-        """The one lesion a sentence is about (by id; else the only lesion of the case)."""
+        """The one lesion a sentence is about: by id; else the only lesion of the case; else the
+        only lesion at the side and zone the sentence names (a location without an id)."""
         known = {lid for lid, _ in self.lesions if lid in self.ev.entities}
         if len(known) == 1:
             return known.pop()
         lesions = self.ev.lesions()
-        return lesions[0].id if not self.lesions and len(lesions) == 1 else None
+        if self.lesions or not lesions:
+            return None
+        if len(lesions) == 1:
+            return lesions[0].id
+        side, zone = SIDE.search(self.s), ZONE.search(self.s)
+        if not (side and zone):
+            return None
+        code = (zone.group(2) or ZONE_CODES.get(zone.group(1).lower(), "")).upper()
+        at = [e.id for e in lesions if e.side == side_of(side.group(0)) and e.zone == code]
+        return at[0] if len(at) == 1 else None
 
 
 def _numbers(st: _Sentence, decimals: int) -> list[tuple[int, int]]:
@@ -131,8 +141,9 @@ def _unlinked(st: _Sentence, taken: list[tuple[int, int]], decimals: int) -> Non
     s = st.s
     masked = _masked(s, taken + [m.span() for m in CODE.finditer(s)] + [sp for _, sp in st.lesions]
                      + [m.span() for p in (PIRADS, WHO_GRADE, PIRADS_VERSION) for m in p.finditer(s)])
+    subject = st.subject() if st.ev.domain == "prostate" and not st.lesions else None
     for q in quantities(masked):
-        verdict, f = ground(st.ev, s, q)
+        verdict, f = ground(st.ev, s, q, subject)
         if verdict == "ok":
             st.stated.add(f.id)
             st.grounded = True
@@ -177,6 +188,14 @@ def _zones(st: _Sentence) -> None:
     ev, s = st.ev, st.s
     if ev.domain != "prostate":
         return
+    side, zone = SIDE.search(s), ZONE.search(s)
+    if side and zone and not st.lesions and len(ev.lesions()) > 1 and st.subject() is None:
+        code = (zone.group(2) or ZONE_CODES.get(zone.group(1).lower(), "")).upper()
+        where = sorted(f"{e.side} {e.zone}" for e in ev.lesions())
+        if not any(e.side == side_of(side.group(0)) and e.zone == code for e in ev.lesions()):
+            st.add("localization", (side.start(), zone.end()), f"no lesion in the {side.group(0)} {code}; the "
+                   f"lesions are in the {', '.join(where)}", Fix(op="delete_sentence"), found=f"{side.group(0)} {code}",
+                   expected=where)
     for m in ZONE.finditer(s):
         st.grounded = True
         entity = st.subject()
