@@ -1,18 +1,12 @@
 """What a finished case left for export, and its flat predictions.
 
-The standard derivatives of a cohort (``engine.exports.write_derivatives``) are written beside
-bcer's own per-case folders. This module reads what each finished case left in ``OUT/<case>/``
-(``provenance.json`` names every deliverable, its files and the input files it came from;
-masks carry their label names in the NIfTI header) and writes, for tools that do not know
-bcer:
-
-- a BIDS derivative dataset rooted at ``OUT`` (``engine.bids_out``),
-- flat predictions ``OUT/predictions/<case>.nii.gz`` in the input dataset's label values,
-- DICOM SEG and a TID 1500 SR per case that came from DICOM (``engine.dicom_out``).
-
-Everything is derived from files, so a resumed cohort (cases skipped as ``_DONE``) exports the
-same tree as a fresh one. A case that cannot be exported is logged and skipped, never fatal:
-the per-case folders stay the record.
+The standard derivatives of a cohort (``engine.exports.write_derivatives``) are built from
+what each finished case left in ``OUT/<case>/``: ``provenance.json`` names every
+deliverable, its files and the input files it came from, and masks carry their label names
+in the NIfTI header. This module reads that (:func:`finished_cases`), finds the input a mask
+shares its grid with (:func:`grid_input`), maps label values to the input dataset's own
+(:func:`label_mapping`: BraTS 2023's ET is 3, 2018-2021's is 4) and writes the flat
+``OUT/predictions/<case>.nii.gz`` files (:func:`write_predictions`).
 """
 from __future__ import annotations
 

@@ -26,7 +26,21 @@ __all__ = ["export_cohort", "write_derivatives"]
 def write_derivatives(out: str | Path, cases: Iterable[Case], *, name: str = "bcer derivatives",
                       generated_by: dict[str, Any] | None = None, bids: bool = True, predictions: bool = True,
                       dicom: bool = True) -> dict[str, list[Path]]:
-    """Export the finished cases under ``out`` in standard forms; returns the files by form."""
+    """Export the finished cases under ``out`` in standard forms.
+
+    Args:
+        cases: the cohort's cases; those without ``_DONE`` under ``out`` are left out.
+        name: the BIDS dataset's ``Name`` when ``dataset_description.json`` has none yet.
+        generated_by: the BIDS ``GeneratedBy`` entry (``Name``, ``Version``); its version
+            also goes into the DICOM files.
+        bids, predictions, dicom: which forms to write.
+
+    Returns:
+        ``{"bids": [...], "predictions": [...], "dicom": [...]}``: the files written.
+
+    >>> write_derivatives("OUT", cases, dicom=False)["predictions"]   # doctest: +SKIP
+    [PosixPath('OUT/predictions/case01.nii.gz')]
+    """
     out = Path(out)
     done = finished_cases(out, cases)
     written: dict[str, list[Path]] = {"bids": [], "predictions": [], "dicom": []}
