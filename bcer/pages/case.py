@@ -301,6 +301,39 @@ def _provenance(provenance: dict[str, Any], workflow: dict[str, Any] | None) -> 
             "<th>outputs (digest)</th><th>where</th></tr></thead><tbody>" + "".join(out) + "</tbody></table>")
 
 
+def _methods(provenance: dict[str, Any]) -> str:
+    """Each node's method (its card in provenance.json) and flags: a low-confidence segmentation
+    or an ED/ES near tie in red, with the research-use line when a default method ran."""
+    from ..tools.methods import MethodCard
+    from ..tools.reporting.header import DISCLAIMER
+
+    nodes: dict[str, dict[str, Any]] = {}
+    for d in (provenance.get("deliverables") or {}).values():
+        for rec in d.get("chain", []):
+            nodes.setdefault(rec.get("node"), rec)
+    rows, disclaim = [], False
+    for nid, rec in nodes.items():
+        try:
+            card = MethodCard(**rec["method"]) if isinstance(rec.get("method"), dict) else None
+        except ValueError:  # a card written by another bcer version: shown raw
+            card = None
+        disclaim = disclaim or bool(card and card.needs_disclaimer())
+        flags = []
+        for name, f in (rec.get("flags") or {}).items():
+            if isinstance(f, dict):
+                cls = "bad" if f.get("flagged") else "ok"
+                word = name.replace("_", " ") if f.get("flagged") else f"not {name.replace('_', ' ')}"
+                flags.append(f'<span class="{cls}">{escape(word)}</span>: {escape(str(f.get("detail", "")))}')
+        rows.append([f'<a href="#node-{escape(str(nid))}">{escape(str(nid))}</a>',
+                     f'{rec.get("tool")} v{rec.get("version")}',
+                     card.line() if card else json.dumps(rec.get("method"), default=str) if rec.get("method") else "",
+                     "<br>".join(flags)])
+    if not rows:
+        return '<p class="muted">no provenance.json</p>'
+    head = f'<p class="bad"><b>{escape(DISCLAIMER)}</b></p>' if disclaim else ""
+    return head + table(["node", "tool", "method", "flags"], rows, raw_cols=(0, 3))
+
+
 def _checks(row: dict[str, Any]) -> str:
     checks = row.get("plausibility") or []
     if not isinstance(checks, list) or not checks:
@@ -326,8 +359,8 @@ def _report(case_dir: Path, provenance: dict[str, Any]) -> str:
         md = next(iter(sorted(case_dir.glob("*.md"))), None)
     if md is None or not md.exists():
         return ""
-    return ('<h2 id="report">Report</h2><p class="muted">every number links to the node that produced it '
-            '(its row in the provenance table below)</p><div class="report-body">'
+    return ('<h2 id="report">Report</h2><p class="muted">every number has a footnote that links to the node that '
+            'produced it (its row in the provenance table below)</p><div class="report-body">'
             + markdown(md.read_text(encoding="utf-8", errors="replace"), lambda node: f"#node-{node}") + "</div>")
 
 
@@ -375,10 +408,11 @@ def build_case_page(cv: CohortView, row: dict[str, Any], report_dir: Path, page_
         body.append(f'<p class="bad">{escape(str(row.get("error_code") or ""))}: '
                     f'{escape(str(row.get("error_message") or ""))}'
                     + (f' (node {escape(str(row.get("error_node")))})' if row.get("error_node") else "") + "</p>")
-    body.append('<nav class="toc"><a href="#checks">checks</a><a href="#figures">images</a><a href="#dag">workflow</a>'
+    body.append('<nav class="toc"><a href="#methods">methods</a><a href="#checks">checks</a><a href="#figures">images</a><a href="#dag">workflow</a>'
                 '<a href="#events">events</a><a href="#report">report</a><a href="#provenance">provenance</a>'
                 '<a href="#files">files</a></nav>')
     body.append('<h2>Deliverables</h2>' + _deliverables(row, cv, contract_names or [], case_dir, page_path))
+    body.append('<h2 id="methods">Methods and flags</h2>' + _methods(provenance))
     body.append('<h2 id="checks">Plausibility checks</h2>' + _checks(row))
     body.append('<h2 id="figures">Images</h2><p class="muted">slices in each volume\'s acquisition plane, '
                 'radiological convention (patient right on the viewer\'s left; edge labels say which way the picture '

@@ -90,26 +90,44 @@ def link(href: str, text: str) -> str:
 
 
 _EVIDENCE = re.compile(r"`\[([A-Za-z_]\w*)\.(.+?)\]`")
+_FOOTNOTE = re.compile(r"\[\^(\d+)\]")
+_FOOTNOTE_DEF = re.compile(r"^\[\^(\d+)\]: `([A-Za-z_]\w*)\.(.+?)`$")
 
 
-def markdown(text: str, evidence_href) -> str:
+def markdown(source: str, evidence_href) -> str:
     """The small Markdown subset reports use (headings, bullets, code spans, paragraphs), with
-    evidence markers ``[node.field.path]`` turned into links to their provenance."""
+    evidence markers ``[node.field.path]`` turned into links to their provenance, footnote
+    markers ``[^n]`` into links to their definitions ``[^n]: `node.field.path` `` (themselves
+    links to the provenance), and HTML comments (metadata markers) dropped."""
     out, in_list = [], False
+
+    def text(s: str) -> str:
+        s = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", _code(escape(s)))
+        return _FOOTNOTE.sub(lambda m: f'<sup><a class="ev" href="#fn-{m.group(1)}">{m.group(1)}</a></sup>', s)
 
     def inline(s: str) -> str:
         parts, last = [], 0
         for m in _EVIDENCE.finditer(s):
-            parts.append(_code(escape(s[last:m.start()])))
+            parts.append(text(s[last:m.start()]))
             node, path = m.group(1), m.group(2)
             parts.append(f'<a class="ev" href="{escape(evidence_href(node))}" '
                          f'title="provenance of {escape(node)}.{escape(path)}">{escape(node)}.{escape(path)}</a>')
             last = m.end()
-        parts.append(_code(escape(s[last:])))
+        parts.append(text(s[last:]))
         return "".join(parts)
 
-    for line in text.splitlines():
-        if line.startswith("#"):
+    for line in source.splitlines():
+        fn = _FOOTNOTE_DEF.match(line)
+        if line.startswith("<!--"):
+            continue
+        if fn:
+            if in_list:
+                out.append("</ul>")
+                in_list = False
+            n, node, path = fn.groups()
+            out.append(f'<p id="fn-{n}" class="muted">{n}. <a class="ev" href="{escape(evidence_href(node))}">'
+                       f'{escape(node)}.{escape(path)}</a></p>')
+        elif line.startswith("#"):
             if in_list:
                 out.append("</ul>")
                 in_list = False

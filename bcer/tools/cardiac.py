@@ -289,6 +289,15 @@ def _curve_columns(row: dict, pc: PhaseCurves, ed_curve: np.ndarray, es_curve: n
     return margins
 
 
+def _near_tie_flag(m: dict, ed: int, es: int) -> dict:
+    """``{"flagged", "detail"}`` of the ED/ES rule for the curve's own picks."""
+    parts = [f"{ph} frame {f} vs runner-up {m[f'{ph.lower()}_runner_up']} (margin {m[f'{ph.lower()}_margin_sd']:.2f} "
+             f"x noise)" for ph, f in (("ED", ed), ("ES", es)) if m[f"{ph.lower()}_near_tie"]]
+    detail = ("; ".join(parts) + f": within {100 * NEAR_TIE_EDV_FRACTION:g} % of EDV of the exact frame, "
+              "not guaranteed exact") if parts else "margins exceed the measured noise: frames exact"
+    return {"flagged": bool(m["near_tie"]), "detail": detail, "rule": NEAR_TIE_RULE}
+
+
 def _check_frame(value: int | None, n_frames: int, arg: str) -> None:
     if value is not None and value >= n_frames:
         raise ToolError(ErrorCode.value_range, f"{arg}={value} but the cine has {n_frames} frames "
@@ -362,6 +371,8 @@ def ed_es(labels: Mask, params: EdEsParams, cine: Cine | None = None) -> Table:
             "label_count_frames": [int(np.argmax(lv)), int(np.argmin(lv))],
             "outlier_frames": [int(i) for i in np.flatnonzero(outliers)],
             "agrees_with_curve": (ed, es) == (auto_ed, auto_es)}
+    if margins is not None:  # the ED/ES rule's verdict, shown in the report's header and on the case page
+        meta["flags"] = {"near_tie": _near_tie_flag(margins, auto_ed, auto_es)}
     if margins is not None and margins["ed_es_ambiguous"]:
         log.info("cardiac.ed_es: ED %d / ES %d within the noise of frames %d / %d (confidence %.2f)", auto_ed, auto_es,
                  margins["ed_runner_up"], margins["es_runner_up"], margins["ed_es_confidence"])

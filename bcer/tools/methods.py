@@ -97,6 +97,12 @@ def file_sha256(path: str | Path) -> str:
     return _sha256(str(path), st.st_mtime_ns, st.st_size)
 
 
+def shipped_weights() -> set[str]:
+    """sha256 of every shipped bundle's weights file."""
+    files = [p for p in SHIPPED_DIR.glob("*/models/model.*") if p.suffix in (".pt", ".ts")] if SHIPPED_DIR.is_dir() else []
+    return {file_sha256(p) for p in files}
+
+
 def network_card(bundle_dir: str | Path) -> MethodCard:
     """The model card of a MONAI bundle: name and version from ``configs/metadata.json``, the
     sha256 of ``models/model.pt`` (or ``.ts``), what it was trained on (bcer's
@@ -111,14 +117,16 @@ def network_card(bundle_dir: str | Path) -> MethodCard:
             log.warning("model card of %s: unreadable metadata.json (%s)", root, e)
     model = next((root / "models" / n for n in ("model.pt", "model.ts") if (root / "models" / n).is_file()), None)
     card = meta.get("bcer_model_card") or {}
-    shipped = root.parent == SHIPPED_DIR.resolve()
+    digest = file_sha256(model) if model is not None else None
+    # a copy of a shipped bundle is still the default network: judged by its weights, not its folder
+    shipped = root.parent == SHIPPED_DIR.resolve() or (digest is not None and digest in shipped_weights())
     trained = card.get("trained_on") or meta.get("data_source") or meta.get("description") or None
     training = {k: card[k] for k in ("generator", "generator_sha256", "trainer", "trainer_sha256", "validated_on")
                 if k in card} or None
     return MethodCard(name=str(meta.get("name") or root.name), version=str(meta.get("version", "")), kind="network",
                       summary=str(meta.get("task", "")), default=shipped,
                       validated_on_real=card.get("validated_on_real_scans"),
-                      weights_sha256=file_sha256(model) if model is not None else None, bundle=str(root),
+                      weights_sha256=digest, bundle=str(root),
                       trained_on=str(trained) if trained else None, training=training)
 
 
@@ -164,11 +172,11 @@ def reads_of(ports: list[Any], sources: list[Any]) -> dict[str, str]:
 
 
 def stamp_lineage(outputs: dict[str, Any], inputs: dict[str, Any], node: str | None, tool: str, version: str,
-                  card: dict[str, Any], reads: dict[str, str], case: str | None = None,
-                  run: str | None = None) -> None:
+                  card: dict[str, Any], reads: dict[str, str], case: str | None = None) -> None:
     """Give every output ``meta["lineage"]``: the inputs' lineage plus this node (in place).
 
-    ``reads``: what each input port read (:func:`reads_of`)."""
+    ``reads``: what each input port read (:func:`reads_of`). No run id or time: a deliverable's
+    bytes stay the same across reruns (the run is in provenance.json)."""
     if not node:
         return
     nodes: dict[str, Any] = {}
@@ -177,7 +185,7 @@ def stamp_lineage(outputs: dict[str, Any], inputs: dict[str, Any], node: str | N
         if isinstance(meta, dict) and isinstance(meta.get("lineage"), dict):
             nodes.update(meta["lineage"].get("nodes", {}))
     nodes[node] = {"tool": tool, "version": version, "method": card, "reads": reads, "flags": flags_of(outputs)}
-    lineage = {"case": case, "run": run, "nodes": nodes}
+    lineage = {"case": case, "nodes": nodes}
     for art in outputs.values():
         meta = getattr(art, "meta", None)
         if isinstance(meta, dict):
@@ -185,4 +193,4 @@ def stamp_lineage(outputs: dict[str, Any], inputs: dict[str, Any], node: str | N
 
 
 __all__ = ["MethodCard", "card_of", "classical_card", "default_card", "file_sha256", "flags_of", "hybrid_card",
-           "network_card", "reads_of", "seg_card", "stamp_lineage"]
+           "network_card", "reads_of", "seg_card", "shipped_weights", "stamp_lineage"]

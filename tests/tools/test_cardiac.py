@@ -117,6 +117,36 @@ def test_ed_es_margins_and_ambiguity() -> None:
     assert "ed_es_confidence" not in no_cine  # the label count has no noise model
 
 
+def test_ed_es_near_tie_rule() -> None:
+    """The ED/ES rule: a phase whose margin to its runner-up is at most the measured noise is a
+    near tie (flagged); on randomised cines every unflagged pick is the exact frame and every
+    flagged one is exact or within 0.5 % of EDV (the rule's promise)."""
+    from bcer.tools.cardiac import NEAR_TIE_SD, near_ties, rule_holds
+
+    assert near_ties(NEAR_TIE_SD, 3.0) == {"ed_near_tie": True, "es_near_tie": False, "near_tie": True}
+    assert not near_ties(1.01, 5.0)["near_tie"]
+    assert rule_holds(4, 5, np.array([0, 0, 0, 0, 99.6, 100.0]), 100.0, near_tie=True)
+    assert not rule_holds(4, 5, np.array([0, 0, 0, 0, 99.4, 100.0]), 100.0, near_tie=True)
+    assert not rule_holds(4, 5, np.array([0, 0, 0, 0, 99.9, 100.0]), 100.0, near_tie=False)
+    tied, lab = _disc_cine([10, 10, 8, 5, 8], 0.05, 3)  # frames 0 and 1 the same disc
+    t = call_tool("cardiac.ed_es", {"labels": lab, "cine": tied})["phases"]
+    row = t.rows[0]
+    assert row["ed_near_tie"] and row["ed_margin_sd"] <= NEAR_TIE_SD and {row["ed_frame"], row["ed_runner_up"]} == {0, 1}
+    assert t.meta["flags"]["near_tie"]["flagged"] and "near tie" in t.meta["near_tie_rule"]
+    clear, lab = _disc_cine([10, 8, 6, 5, 6, 8], 0.02, 1)
+    t = call_tool("cardiac.ed_es", {"labels": lab, "cine": clear})["phases"]
+    assert not t.rows[0]["near_tie"] and not t.meta["flags"]["near_tie"]["flagged"]
+    flagged = 0
+    for i in range(10):  # randomised seeds 2000-2009 (benchmarks/cardiac_ed_es_rule.py runs 200 per family)
+        ph = make_cardiac(f"r{i}", 2000 + i, size="small", group=GROUPS[i % 5], family="randomised")
+        row = call_tool("cardiac.ed_es", {"labels": ph.labels["seg"], "cine": ph.sequences["CINE"]})["phases"].rows[0]
+        curve, edv = ph.truth["lv_volume_curve_ml"], ph.truth["lv_edv_ml"]
+        for ph_ in ("ed", "es"):
+            assert rule_holds(row[f"{ph_}_frame"], ph.truth[f"{ph_}_frame"], curve, edv, row[f"{ph_}_near_tie"]), (i, ph_)
+        flagged += row["near_tie"]
+    assert 0 < flagged < 10  # the flag is neither never nor always raised
+
+
 def test_regional_thickening_finds_the_infarct() -> None:
     """The MINF phantom's akinetic, thinned sector shows as abnormal segments on the truth's
     akinetic slices; a normal heart thickens everywhere."""

@@ -35,6 +35,7 @@ from ...contracts.errors import ErrorCode, ToolError
 from .._checks import require_same_grid, require_volume
 from ..methods import classical_card
 from ..registry import tool
+from .confidence import attach, confidence, dice_by_label
 from ._common import BundleParams, fill_holes_2d, largest_component
 
 log = logging.getLogger(__name__)
@@ -196,6 +197,17 @@ def _classical(t1: Image, t1c: Image, t2: Image, flair: Image, p: BrainTumorPara
     return labels, meta
 
 
+def _rerun_agreement(labels: np.ndarray, t1: Image, t1c: Image, t2: Image, flair: Image,
+                     p: BrainTumorParams) -> dict[str, float] | None:
+    """Self-consistency of the classical labels: WT/TC/ET Dice against a rerun at 1.5x the
+    smoothing (None when the rerun finds no brain)."""
+    try:
+        again, _ = _classical(t1, t1c, t2, flair, p.model_copy(update={"smooth_sigma": 1.5 * p.smooth_sigma or 0.5}))
+    except ToolError:
+        return None
+    return dice_by_label(labels, again, {"WT": (1, 2, 4), "TC": (1, 4), "ET": (4,)})
+
+
 CLASSICAL_CARD = classical_card("classical multicontrast thresholds (seg.brain_tumor)", "1.2",
                                "brain mask, enhancement and FLAIR/T2 thresholds learnt per case, core by filling")
 
@@ -235,6 +247,9 @@ def brain_tumor(t1: Image, t1c: Image, t2: Image, flair: Image, params: BrainTum
     else:
         labels, meta = _classical(t1, t1c, t2, flair, params)
         meta["method_card"] = CLASSICAL_CARD.model_dump(exclude_defaults=True)
+        meta["agreement"] = _rerun_agreement(labels, t1, t1c, t2, flair, params)
+    parts = meta.pop("agreement", None)
+    attach(meta, confidence("seg.brain_tumor", parts, "" if parts else "no second reading of a bundle's labels"))
     vox = t1.voxel_volume_ml
     meta.update({f"{k}_ml": float(np.count_nonzero(labels == v) * vox) for k, v in
                  (("necrotic", 1), ("oedema", 2), ("enhancing", 4))})

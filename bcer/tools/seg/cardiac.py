@@ -36,11 +36,13 @@ from ..methods import MethodCard, classical_card, hybrid_card, seg_card
 from ..registry import tool
 from ._common import BundleParams
 from .cardiac_classical import classical_labels
+from .confidence import attach, confidence, dice_by_label
 
 log = logging.getLogger(__name__)
 
 CARDIAC_LABELS = {1: "RV", 2: "MYO", 3: "LV"}
 HYBRID = "hybrid_classical_lv_network_myo_rv"
+GROUPS = {"LV": (3,), "MYO": (2,), "RV": (1,)}  # self-consistency: each structure's Dice between the methods
 VETO = 0.25
 
 
@@ -165,7 +167,7 @@ def _hybrid(cine: Cine, data: np.ndarray, params: CardiacParams, device: str) ->
 
     labels, meta = classical_labels(cine, params.max_wall_mm)
     net, net_meta = _network(cine, data, params, device, params.bundle_dir or str(shipped_bundle()))
-    meta = {**meta, "method": HYBRID, "network": net_meta}
+    meta = {**meta, "method": HYBRID, "network": net_meta, "agreement": dice_by_label(labels, net, GROUPS)}
     if problem := network_problem(net):
         meta["check"] = problem
     return _merge(labels, net, meta), meta
@@ -185,22 +187,30 @@ def _auto(cine: Cine, data: np.ndarray, params: CardiacParams, device: str) -> t
     except ToolError as e:
         problem = f"network failed: {e.code.value}: {e.message}"
     if problem is None:
-        meta = {**meta, "method": HYBRID, "network": net_meta}
+        meta = {**meta, "method": HYBRID, "network": net_meta, "agreement": dice_by_label(labels, net, GROUPS)}
         return _merge(labels, net, meta), meta
     log.warning("seg.cardiac: %s; classical method used alone", problem)
     meta["fallback"] = {"from": "network", "reason": problem}
     return labels, meta
 
 
-CLASSICAL_CARD = classical_card("classical cine levels (seg.cardiac)", "2.6",
+VERSION = "2.7"  # 2.7 = 2.6 + method card and self-consistency (meta["confidence"]); same labels
+CLASSICAL_CARD = classical_card("classical cine levels (seg.cardiac)", VERSION,
                                "blood/myocardium levels from the cine, LV/RV cavities by shape and motion")
+
+
+def _no_second_reading(meta: dict[str, Any]) -> str:
+    if "agreement" in meta:
+        return ""
+    fb = meta.get("fallback")
+    return f"classical method alone: {fb['reason']}" if isinstance(fb, dict) else "classical method chosen alone"
 
 
 def _card(meta: dict[str, Any]) -> dict[str, Any]:
     """Method card of the labels: hybrid (classical LV + network MYO/RV), network or classical."""
     if isinstance(meta.get("network"), dict):
         net = MethodCard(**seg_card(meta["network"], CLASSICAL_CARD))
-        return hybrid_card(HYBRID, "2.6", [CLASSICAL_CARD, net]).model_dump(exclude_defaults=True)
+        return hybrid_card(HYBRID, VERSION, [CLASSICAL_CARD, net]).model_dump(exclude_defaults=True)
     return seg_card(meta, CLASSICAL_CARD)
 
 
@@ -270,7 +280,7 @@ def _crop(cine: Cine, box: tuple[slice, slice, slice]) -> Cine:
 # The version names the shipped network too: the node cache keys on (tool, version, params,
 # inputs), so new weights under the same version would be served old labels from a cache.
 # 2.6 = 2.5 + restore_lost_frames; 2.5 = cardiac_unet2d 0.3.0 (pericardial fat widened in training).
-@tool("seg.cardiac", version="2.6", milestone="segmentation",
+@tool("seg.cardiac", version=VERSION, milestone="segmentation",
       resources={"num_cpus": 1, "memory_mb": 2048}, gpu="optional", output="labels")
 def cardiac(cine: Cine, params: CardiacParams, device: str = "cpu") -> Mask:
     """RV/MYO/LV labels (1/2/3) on every frame of a short-axis cine.
@@ -314,9 +324,12 @@ def cardiac(cine: Cine, params: CardiacParams, device: str = "cpu") -> Mask:
         labels, meta = _network(cine, data, params, device, path)
         if problem := network_problem(labels):
             meta["check"] = problem  # a bundle the caller chose is not replaced; the trace says why it looks wrong
+        meta["agreement"] = dice_by_label(classical_labels(cine, params.max_wall_mm)[0], labels, GROUPS)
     else:
         labels, meta = _auto(cine, data, params, device)
     meta["method_card"] = _card(meta)
+    reason = _no_second_reading(meta)
+    attach(meta, confidence("seg.cardiac", meta.pop("agreement", None), reason))
     out = to_stored_grid(labels, full.shape, box, ornt)
     vox = cine.voxel_volume_ml
     lv = np.count_nonzero(out == 3, axis=(0, 1, 2)) * vox

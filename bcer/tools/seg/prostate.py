@@ -51,6 +51,7 @@ from ...contracts.artifacts import Image, Mask
 from ...contracts.errors import ErrorCode, ToolError
 from .._checks import require_volume
 from ..methods import classical_card, seg_card
+from .confidence import attach, confidence
 from ..registry import tool
 from ._common import BundleParams, ball, fill_holes_2d, resample_to
 
@@ -263,11 +264,11 @@ def _shipped(t2w: Image, p: ProstateParams, device: str) -> tuple[np.ndarray, di
         return zones, dict(meta, fallback=f"{type(e).__name__}: {e}")
 
 
-CLASSICAL_CARD = classical_card("classical T2w levels (seg.prostate)", "1.3",
+CLASSICAL_CARD = classical_card("classical T2w levels (seg.prostate)", "1.4",
                                "fat/TZ/PZ levels from the T2w histogram, gland at the field-of-view centre")
 
 
-@tool("seg.prostate", version="1.3", milestone="segmentation",
+@tool("seg.prostate", version="1.4", milestone="segmentation",
       resources={"num_cpus": 1, "memory_mb": 2048}, gpu="optional")
 def prostate(t2w: Image, params: ProstateParams, adc: Image | None = None, device: str = "cpu") -> ProstateSeg:
     """Prostate gland and zones (1 PZ, 2 TZ) on the T2w grid.
@@ -295,6 +296,8 @@ def prostate(t2w: Image, params: ProstateParams, adc: Image | None = None, devic
     else:
         zones, meta = _shipped(t2w, params, device)
     meta["method_card"] = seg_card(meta, CLASSICAL_CARD)
+    parts = meta.pop("agreement", None)
+    attach(meta, confidence("seg.prostate", parts, "" if parts else f"no test-time reading of {meta.get('method')}"))
     vox = t2w.voxel_volume_ml
     meta.update(gland_ml=float(np.count_nonzero(zones) * vox), pz_ml=float(np.count_nonzero(zones == 1) * vox),
                 tz_ml=float(np.count_nonzero(zones == 2) * vox))

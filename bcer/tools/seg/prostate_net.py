@@ -106,6 +106,14 @@ def predict_probabilities(network: Any, canon: np.ndarray, roi: tuple[int, ...],
         return torch.softmax(logits, dim=1)[0].cpu().numpy()
 
 
+def flip_agreement(prob: np.ndarray, flipped: np.ndarray) -> dict[str, float]:
+    """Dice of gland, PZ and TZ between the arg-max of two (C, ...) probability maps."""
+    from .confidence import dice_by_label
+
+    a, b = np.argmax(prob, axis=0), np.argmax(flipped, axis=0)
+    return dice_by_label(a, b, {"gland": (1, 2), "PZ": (1,), "TZ": (2,)})
+
+
 def segment(t2w: Image, bundle_dir: str | Path, device: str = "cpu", overlap: float | None = None,
             sw_batch_size: int | None = None) -> tuple[np.ndarray, dict[str, Any]]:
     """Zones (0/1 PZ/2 TZ) on the T2w grid from the bundle, and audit meta.
@@ -127,6 +135,10 @@ def segment(t2w: Image, bundle_dir: str | Path, device: str = "cpu", overlap: fl
     overlap = 0.25 if overlap is None else overlap
     sw_batch_size = 2 if sw_batch_size is None else sw_batch_size
     prob = predict_probabilities(bundle.network, canon, bundle.roi_size, torch_device(device), overlap, sw_batch_size)
+    # self-consistency: the same network on the left-right mirrored volume, mirrored back
+    flipped = predict_probabilities(bundle.network, np.ascontiguousarray(canon[::-1]), bundle.roi_size,
+                                    torch_device(device), overlap, sw_batch_size)[:, ::-1]
+    agreement = flip_agreement(prob, flipped)
     on_t2 = from_canonical(prob, grid, t2w.affine, t2w.shape)
     outside = on_t2.sum(axis=0) < 0.5  # beyond the canonical box (never for a whole FOV): background
     labels = np.argmax(on_t2, axis=0).astype(np.int16)
@@ -140,5 +152,6 @@ def segment(t2w: Image, bundle_dir: str | Path, device: str = "cpu", overlap: fl
     meta = {"method": "monai_bundle", "bundle": bundle.path, "bundle_name": bundle.meta.get("name", BUNDLE_NAME),
             "bundle_version": bundle.meta.get("version", ""), "canonical_spacing": list(spacing),
             "canonical_shape": list(grid[1]), "roi_size": list(bundle.roi_size), "overlap": overlap,
-            "device": device, "mean_gland_probability": float(1.0 - on_t2[0][gland].mean())}
+            "device": device, "mean_gland_probability": float(1.0 - on_t2[0][gland].mean()),
+            "agreement": agreement}
     return zones, meta

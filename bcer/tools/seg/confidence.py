@@ -1,0 +1,71 @@
+"""Self-consistency of a segmentation, measured per case, and the ``low_confidence`` flag.
+
+A segmentation can look plausible and still be wrong. Each ``seg.*`` tool measures how well
+its answer agrees with a second, independent reading of the same case and puts the result in
+its masks' ``meta["confidence"]`` (and ``meta["flags"]["low_confidence"]``, which the report
+header and the case page show):
+
+* ``seg.cardiac``: agreement between the two methods that exist, the network and the
+  classical method (both already run for the default hybrid): Dice per structure (LV, MYO,
+  RV) over every frame, score = the lowest. When the classical method stands alone (the
+  network failed its checks or could not run) there is nothing to agree with: the score is
+  None and the case is flagged.
+* ``seg.prostate`` (network): test-time flip. The network also segments the left-right
+  mirrored volume (the canonical grid's first axis); score = the lowest Dice of gland, PZ and
+  TZ between the two answers. The classical fallback is flagged like cardiac's.
+* ``seg.brain_tumor`` (classical): the method rerun with 1.5x its smoothing; score = the lowest
+  Dice of WT, TC and ET (an ET absent in both counts as agreement).
+
+``low_confidence`` is ``score < threshold`` (or no score). The thresholds below were chosen on
+the randomised (development) phantom families before the held-out families were scored
+(``benchmarks/confidence.py``, ``docs/trust.md``); they are numbers measured on bcer's own
+synthetic phantoms only.
+
+``meta["confidence"]`` = ``{"score", "threshold", "low_confidence", "method", "parts"}``.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from ...metrics import dice
+
+# Chosen on the randomised families (benchmarks/confidence.py --family randomised), see docs/trust.md.
+THRESHOLDS = {"seg.cardiac": 0.80, "seg.prostate": 0.90, "seg.brain_tumor": 0.80}
+METHODS = {"seg.cardiac": "agreement of the network and the classical method (lowest Dice of LV, MYO, RV)",
+           "seg.prostate": "test-time left-right flip of the network (lowest Dice of gland, PZ, TZ)",
+           "seg.brain_tumor": "classical method rerun at 1.5x smoothing (lowest Dice of WT, TC, ET)"}
+
+
+def dice_by_label(a: np.ndarray, b: np.ndarray, groups: Mapping[str, tuple[int, ...]]) -> dict[str, float]:
+    """Dice of ``a`` and ``b`` for each named group of label values."""
+    return {name: float(dice(np.isin(a, vals), np.isin(b, vals))) for name, vals in groups.items()}
+
+
+def confidence(tool: str, parts: dict[str, float] | None, reason: str = "") -> dict[str, Any]:
+    """The ``meta["confidence"]`` record of one segmentation: ``parts`` are the agreement
+    scores (None: no second reading could be made, then ``reason`` says why)."""
+    threshold = THRESHOLDS[tool]
+    score = min(parts.values()) if parts else None
+    low = score is None or score < threshold
+    out = {"score": None if score is None else round(float(score), 4), "threshold": threshold,
+           "low_confidence": bool(low), "method": METHODS[tool],
+           "parts": {k: round(float(v), 4) for k, v in (parts or {}).items()}}
+    if reason:
+        out["reason"] = reason
+    return out
+
+
+def attach(meta: dict[str, Any], conf: dict[str, Any]) -> None:
+    """Put ``conf`` in a mask's meta, with its flag for the report header and the case page."""
+    meta["confidence"] = conf
+    detail = (f"self-consistency {conf['score']:.3f} < threshold {conf['threshold']:.2f} ({conf['method']})"
+              if conf["score"] is not None else f"no second reading to agree with ({conf.get('reason', '')})")
+    if not conf["low_confidence"]:
+        detail = f"self-consistency {conf['score']:.3f} >= threshold {conf['threshold']:.2f} ({conf['method']})"
+    meta.setdefault("flags", {})["low_confidence"] = {"flagged": conf["low_confidence"], "detail": detail,
+                                                      "score": conf["score"], "threshold": conf["threshold"]}
+
+
+__all__ = ["METHODS", "THRESHOLDS", "attach", "confidence", "dice_by_label"]
