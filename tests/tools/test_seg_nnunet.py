@@ -6,6 +6,7 @@ nnU-Net's own file-based prediction (``predict_from_files``, its reader, resampl
 writer) writes for the same NIfTI, on the same grid; the predictor loads once per process."""
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -96,6 +97,9 @@ def test_nnunet_tool_equals_nnunets_own_file_prediction(model_dir, tmp_path):
     mask = call_tool("seg.nnunet", {"image": image}, params)["mask"]
     assert mask.data.shape == image.data.shape and np.array_equal(mask.affine, image.affine)
     assert mask.labels == {1: "gland", 2: "lesion"} and mask.meta["method"] == "nnunetv2"
+    card = mask.meta["method_card"]
+    assert card["kind"] == "network" and card["weights_sha256"] == hashlib.sha256(
+        (model_dir / "fold_0" / "checkpoint_final.pth").read_bytes()).hexdigest()
 
     write_nifti(image, tmp_path / "in" / "case_0000.nii.gz")
     ref = nnUNetPredictor(tile_step_size=0.5, use_mirroring=False, perform_everything_on_device=False,

@@ -16,6 +16,8 @@ actor per GPU keeps it loaded. nnunetv2 is an optional extra (``pip install bcer
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import tempfile
 from functools import lru_cache
@@ -27,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...contracts.artifacts import Image, Mask
 from ...contracts.errors import ErrorCode, ToolError
+from ..methods import MethodCard
 from ..registry import tool
 
 log = logging.getLogger(__name__)
@@ -153,5 +156,17 @@ def nnunet(image: Image, params: NnUNetParams, image_1: Image | None = None, ima
                                params.mirroring)
     mask = predict(predictor, images)
     mask.meta.update({"method": "nnunetv2", "model": str(Path(params.bundle_dir).resolve()),
-                      "folds": params.folds, "checkpoint": params.checkpoint})
+                      "folds": params.folds, "checkpoint": params.checkpoint,
+                      "method_card": _card(Path(params.bundle_dir), params).model_dump(exclude_defaults=True)})
     return mask
+
+
+def _card(root: Path, params: NnUNetParams) -> MethodCard:
+    """The model's card: dataset name, folds, and the sha256 of the first fold's checkpoint."""
+    root = root.expanduser().resolve()
+    folds = _folds(root, params.folds, params.checkpoint)
+    digest = hashlib.sha256((root / f"fold_{folds[0]}" / params.checkpoint).read_bytes()).hexdigest()
+    dataset = json.loads((root / "dataset.json").read_text()).get("name") or root.parent.name
+    return MethodCard(name=f"nnU-Net v2 {root.name}", version=f"folds {','.join(folds)}", kind="network",
+                      summary=f"nnU-Net v2 model of {dataset} ({root})", bundle=str(root), weights_sha256=digest,
+                      trained_on="not stated by the results folder")
