@@ -236,3 +236,15 @@ def test_location_without_id_names_the_lesion_there():
     assert _material(reflect(wrong, ev)) == [("contradiction", "lesion_2")]  # the lesion at that location
     nowhere = _d(base + ["A further lesion in the right PZ is suspicious."], imp, ev)
     assert _material(reflect(nowhere, ev)) == [("localization", "")]
+
+
+def test_a_value_that_is_another_facts_is_wrong_for_the_fact_named(cardiac):
+    """The EDV written with the ESV's value: the words name the EDV, so it is a contradiction
+    (not a correct ESV), and the repaired report no longer carries it."""
+    bad = _d([CARDIAC[0].replace("volume 250 mL", "volume 190 mL")] + CARDIAC[1:], CARDIAC_IMP)
+    (issue,) = [i for i in reflect(bad, cardiac) if i.material]
+    assert (issue.type, issue.entity, issue.expected) == ("contradiction", "lv", 250.0)
+    out = R4Loop(_Given(bad), config=R4Config(k=1)).run(cardiac, task="cardiac_report")
+    assert out.verdict == "clean" and not any("volume 190 mL (130" in s for s in out.draft.findings)
+    count = _d(CARDIAC[:3] + ["Four segments are hypokinetic."] + CARDIAC[4:], CARDIAC_IMP)
+    assert _material(reflect(count, cardiac)) == []  # the quantity word after the number

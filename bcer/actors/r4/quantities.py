@@ -50,11 +50,12 @@ KEYWORDS: dict[str, re.Pattern] = {
     "wall": re.compile(r"\bwall\b|thickness", re.I), "volume": re.compile(r"\bvolume\b", re.I),
     "diameter": re.compile(r"diameter|dimension|extent|across|spans?|measur\w*|size", re.I),
     "abn": re.compile(r"hypokine\w*|akine\w*|dyskine\w*|abnormal\w*|wall motion|contract\w*", re.I),
+    "total": re.compile(r"\bof\b|\btotal\b|\banalys\w*", re.I),  # "4 of 16 segments": the second is the total
 }
 # measures no bcer fact is: a number named so is not a wrong value of another measure
 _OTHER_MEASURE = re.compile(r"\b(?:length|width|height|antero-?posterior|craniocaudal|transverse|"
                             r"thickness|depth|distance)\b", re.I)
-_FACT_KEY = [("n_abnormal", "abn"), ("edvi", "edv"), ("esvi", "esv"), ("edv", "edv"), ("esv", "esv"), ("_sv_", "sv"), ("ef_pct", "ef"),
+_FACT_KEY = [("n_abnormal", "abn"), ("n_segments", "total"), ("edvi", "edv"), ("esvi", "esv"), ("edv", "edv"), ("esv", "esv"), ("_sv_", "sv"), ("ef_pct", "ef"),
              ("mass", "mass"), ("wall", "wall"), ("volume", "volume"), ("diameter", "diameter"), ("size", "diameter")]
 
 
@@ -158,6 +159,8 @@ def _key_of(f: Fact) -> str:
 
 
 def _by_keyword(cands: list[Fact], s: str, pos: int) -> list[Fact]:
+    """The facts whose quantity word is nearest before ``pos`` (else the first one after it:
+    "Six segments are hypokinetic")."""
     best, at = [], -1
     for f in cands:
         pat = KEYWORDS.get(_key_of(f))
@@ -168,7 +171,11 @@ def _by_keyword(cands: list[Fact], s: str, pos: int) -> list[Fact]:
             best, at = [f], max(ends)
         elif ends and max(ends) == at:
             best.append(f)
-    return best
+    if best:
+        return best
+    after = [(m.start(), f) for f in cands if KEYWORDS.get(_key_of(f)) for m in [KEYWORDS[_key_of(f)].search(s, pos)] if m]
+    first = min((a for a, _ in after), default=None)
+    return [f for a, f in after if a == first]
 
 
 def ground(ev: Evidence, s: str, q: Quantity, subject: str | None = None) -> tuple[str, Fact | None]:
@@ -181,10 +188,11 @@ def ground(ev: Evidence, s: str, q: Quantity, subject: str | None = None) -> tup
     if not cands:
         return "unsupported", None
     good = [f for f in cands if q.lo - q.tol <= f.value * fact_dim(f)[1] <= q.hi + q.tol]
-    if good:
-        keyed = _by_keyword(good, s, q.span[0])
-        return "ok", (keyed or sorted(good, key=lambda f: not f.required))[0]
     keyed = _by_keyword(cands, s, q.span[0])
+    named = [f for f in good if any(f is k for k in keyed)]
+    if good and (not keyed or named):
+        return "ok", (named or sorted(good, key=lambda f: not f.required))[0]
+    # a value that is another fact's (the EDV written with the ESV's value) is wrong for the fact its words name
     if scope is None and not keyed:
         return "unsupported", None  # neither an entity nor a quantity word says what it measures
     pool = keyed or [f for f in cands if f.required] or cands
