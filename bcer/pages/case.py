@@ -127,11 +127,14 @@ class _Figures:
         self.vols, self.img_dir, self.size = vols, img_dir, size
         self.figures: list[Figure] = []
 
-    def add(self, base: ov.Volume, k: int, caption: str, masks=(), boxes=(), window=None, axis: int = 2) -> None:
+    def add(self, base: ov.Volume, k: int | list[int], caption: str, masks=(), boxes=(), window=None,
+            axis: int = 2) -> None:
+        """One figure: slice ``k``, or a strip of slices when ``k`` is a list."""
         if len(self.figures) >= MAX_FIGURES:
             return
         try:
-            img = ov.render_slice(base, k, masks, boxes, self.size, window, axis)
+            img = (ov.render_strip(base, k, masks, boxes, self.size, window, axis) if isinstance(k, list)
+                   else ov.render_slice(base, k, masks, boxes, self.size, window, axis))
         except Exception as e:  # one bad overlay must not cost the page
             self.vols.problems.append(f"overlay '{caption}' failed: {type(e).__name__}: {e}")
             return
@@ -139,11 +142,13 @@ class _Figures:
         self.figures.append(Figure(path, caption, ("A", "P") if axis == 0 else ("R", "L")))
 
     def _show(self, base: ov.Volume, caption: str, masks=(), boxes=(), window=None) -> None:
-        """``base`` (3-D, any orientation) on its acquisition plane, at the slice that shows the masks/boxes."""
+        """``base`` (3-D, any orientation) on its acquisition plane: a strip of slices through the
+        masks (every slice a box touches, when there are boxes)."""
         b = ov.canonical(base)
         axis = ov.slice_axis(b)
-        k = ov.best_slice(b, masks, boxes, axis)
-        self.add(b, k, caption, masks, boxes, window, axis)
+        ks = ov.strip_slices(b, masks, boxes, axis)
+        where = f"slice {ks[0] + 1}" if len(ks) == 1 else f"slices {', '.join(str(k + 1) for k in ks)}"
+        self.add(b, ks, f"{caption} ({where} of {b.data.shape[axis]})", masks, boxes, window, axis)
 
     def mask(self, name: str, mask: ov.Volume, chain_inputs: list[str], frames: dict[str, int]) -> None:
         base = self.vols.matching_input(mask, chain_inputs)

@@ -105,6 +105,64 @@ def best_slice(base: Volume, masks: Sequence[Volume], boxes: Sequence[Any] = (),
     return int(np.argmax(counts)) if counts.any() else nz // 2
 
 
+STRIP_MAX = 7  # slices in one strip: enough to see a structure's extent, small enough for a page
+
+
+def _mask_slices(base: Volume, masks: Sequence[Volume], axis: int) -> np.ndarray:
+    """The slice indices of ``base`` (RAS) along ``axis`` that hold mask voxels (a sample)."""
+    nz, found = base.data.shape[axis], []
+    for m in masks:
+        idx = np.argwhere(np.asarray(m.data) > 0)
+        if idx.size == 0:
+            continue
+        idx = idx[:: max(1, len(idx) // 20000)]
+        xyz = idx[:, :3] @ np.asarray(m.affine)[:3, :3].T + np.asarray(m.affine)[:3, 3]
+        k = np.rint(world_to_voxel(base.affine, xyz)[:, axis]).astype(int)
+        found.append(k[(k >= 0) & (k < nz)])
+    return np.concatenate(found) if found else np.zeros(0, int)
+
+
+def strip_slices(base: Volume, masks: Sequence[Volume], boxes: Sequence[Any] = (), axis: int = 2,
+                 n: int = 5) -> list[int]:
+    """The slices of a strip: every slice a box touches, else ``n`` evenly spaced slices from the
+    first to the last slice the masks reach; ``best_slice`` alone when there is neither. At most
+    ``STRIP_MAX`` slices (evenly subsampled), in order."""
+    nz = base.data.shape[axis]
+    ks: set[int] = set()
+    for box in boxes:
+        ends = world_to_voxel(base.affine, np.asarray([box[0], box[1]], float))[:, axis]
+        lo, hi = int(np.ceil(ends.min() - 0.5)), int(np.floor(ends.max() + 0.5))
+        ks.update(range(max(0, lo), min(nz - 1, hi) + 1))
+    if not ks:
+        k = _mask_slices(base, masks, axis)
+        if k.size:
+            ks.update(int(round(v)) for v in np.linspace(k.min(), k.max(), min(n, k.max() - k.min() + 1)))
+    if not ks:
+        return [best_slice(base, masks, boxes, axis)]
+    out = sorted(ks)
+    if len(out) > STRIP_MAX:
+        out = [out[int(round(i))] for i in np.linspace(0, len(out) - 1, STRIP_MAX)]
+    return out
+
+
+def render_strip(base: Volume, ks: Sequence[int], masks: Sequence[Volume] = (), boxes: Sequence[Any] = (),
+                 size: int = 240, window: tuple[float, float] | None = None, axis: int = 2, gap: int = 3) -> "Any":
+    """Slices ``ks`` of ``base`` side by side (each as :func:`render_slice` draws it), one
+    window for all, so intensities compare across the strip."""
+    from PIL import Image as PILImage
+
+    window = window or _window(base.data)
+    tile = size if len(ks) == 1 else max(96, int(size * 0.6))
+    tiles = [render_slice(base, k, masks, boxes, tile, window, axis) for k in ks]
+    out = PILImage.new("RGB", (sum(t.width for t in tiles) + gap * (len(tiles) - 1), max(t.height for t in tiles)),
+                       (255, 255, 255))
+    x = 0
+    for t in tiles:
+        out.paste(t, (x, 0))
+        x += t.width + gap
+    return out
+
+
 def _window(data: np.ndarray) -> tuple[float, float]:
     d = np.abs(np.asarray(data, np.float64)) if np.iscomplexobj(data) else np.asarray(data, np.float64)
     sample = d.ravel()[:: max(1, d.size // 200000)]
@@ -172,5 +230,5 @@ def save_png(img: Any, path: Path) -> Path:
     return path
 
 
-__all__ = ["Volume", "best_slice", "canonical", "render_slice", "sample_nearest", "save_png", "slice_axis",
-           "slice_world", "world_to_voxel"]
+__all__ = ["Volume", "best_slice", "canonical", "render_slice", "render_strip", "sample_nearest", "save_png",
+           "slice_axis", "slice_world", "strip_slices", "world_to_voxel"]
