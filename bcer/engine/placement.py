@@ -53,7 +53,8 @@ def gpu_share(want: float, gpu_concurrency: int | None) -> float:
 class Placement:
     """How a node runs: Ray resource options and the device handed to the tool.
 
-    ``fallback`` is the reason a GPU-capable tool runs on CPU (None when it does not).
+    ``fallback`` is the reason a GPU-capable tool runs on CPU although the cluster has a GPU (None
+    when it does not, and on a CPU cluster, where the CPU path is the ordinary run).
     """
 
     num_cpus: float
@@ -93,6 +94,8 @@ def place(node: Node, cluster: dict[str, float], device_policy: str = "auto",
     if node.gpu == "optional":
         if use_gpu:
             return Placement(cpus, want_gpu, memory, "cuda")
+        if not float(cluster.get("GPU", 0.0)) and device_policy == "auto":
+            return Placement(cpus, 0.0, memory, "cpu")  # a CPU cluster: the CPU path is the ordinary run, no fallback
         why = ("patched to CPU" if gpus and device_override == "cpu" else
                _no_gpu_reason(gpus, reserved_gpus, device_policy))
         return Placement(cpus, 0.0, memory, "cpu", fallback=why)

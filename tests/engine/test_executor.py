@@ -256,8 +256,7 @@ def test_cpu_only_cluster_gpu_fallback_and_gpu_only_fails_fast(ray_local, tmp_pa
     assert opt.status == "succeeded", opt.error
     row = json.loads((tmp_path / "o/out/c1/g.json").read_text())["rows"][0]
     assert row["device"] == "cpu"
-    fb = [e for e in events(tmp_path / "o/out/c1") if e.kind == "fallback"]
-    assert len(fb) == 1 and "no GPU" in fb[0].message and fb[0].node == "g"
+    assert not [e for e in events(tmp_path / "o/out/c1") if e.kind == "fallback"]  # ordinary CPU run, no fallback
     only = run(tmp_path / "r", case, sketch({"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1"}},
                                             {"id": "g", "tool": "xtoy.gpu_only", "args": {"img": "@node.a.image"}}),
                reflector)

@@ -130,7 +130,7 @@ def _node(gpu: str, **res) -> Node:
 def test_placement_gpu_fallback_required_and_caps():
     cpu_only = {"CPU": 2.0, "memory": 1e9}
     p = place(_node("optional"), cpu_only)
-    assert (p.num_gpus, p.device) == (0.0, "cpu") and "no GPU" in p.fallback
+    assert (p.num_gpus, p.device, p.fallback) == (0.0, "cpu", None)  # the ordinary run of a CPU cluster
     with pytest.raises(ToolError) as e:
         place(_node("required"), cpu_only)
     assert e.value.code == ErrorCode.resource
