@@ -22,8 +22,9 @@ import json
 import logging
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ..datasets.layouts.bids import subject_label
 from ..tools.io import atomic_write_bytes, write_json

@@ -10,8 +10,9 @@ skipped, never fatal: the per-case folders stay the record.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ..contracts.case import Case
 from ..contracts.errors import ToolError

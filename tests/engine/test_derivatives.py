@@ -38,8 +38,8 @@ def test_bids_tree_passes_the_official_validator_and_pybids_reads_it(prostate_ru
     (dseg,) = layout.get(desc="gland", suffix="dseg", extension=".nii.gz")
     gland = nib.load(out / case.id / "gland.nii.gz")
     assert np.array_equal(np.asarray(nib.load(dseg.path).dataobj), np.asarray(gland.dataobj))
-    table = list(csv.DictReader(open(Path(dseg.path).with_name(dseg.filename.replace(".nii.gz", ".tsv"))),
-                                delimiter="\t"))
+    tsv = Path(dseg.path).with_name(dseg.filename.replace(".nii.gz", ".tsv"))
+    table = list(csv.DictReader(tsv.read_text().splitlines(), delimiter="\t"))
     assert table == [{"index": "0", "name": "background"}, {"index": "1", "name": "gland"}]
     side = json.loads(Path(dseg.path.replace(".nii.gz", ".json")).read_text())
     assert side["SpatialReference"] == f"bids:raw:{case.id}/AX_T2"  # the series the mask lies on
@@ -47,7 +47,7 @@ def test_bids_tree_passes_the_official_validator_and_pybids_reads_it(prostate_ru
     desc = json.loads((out / "dataset_description.json").read_text())
     assert desc["GeneratedBy"][0]["Version"] == bcer.__version__ and desc["DatasetLinks"]["raw"].startswith("file:")
     feats = json.loads((out / case.id / "features.json").read_text())["rows"][0]
-    (row,) = csv.DictReader(open(out / "phenotype" / "features.tsv"), delimiter="\t")
+    (row,) = csv.DictReader((out / "phenotype" / "features.tsv").read_text().splitlines(), delimiter="\t")
     assert row["participant_id"] == "sub-prostates0000"
     assert float(row["volume_ml"]) == pytest.approx(feats["volume_ml"], rel=1e-5)
     # the validator does check this tree: without .bidsignore bcer's own files are errors

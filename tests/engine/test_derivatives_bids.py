@@ -10,7 +10,6 @@ from pathlib import Path
 
 import nibabel as nib
 import numpy as np
-import pytest
 
 from bcer.contracts import Case
 from bcer.contracts.artifacts import Image, Mask
@@ -60,7 +59,7 @@ def test_session_labels_kept_and_brats2023_values_restored(tmp_path):
     truth = labels_volume()
     assert np.array_equal(dseg == 3, truth == 4) and not np.any(dseg == 4)  # ET is 3 in BraTS 2023
     assert np.array_equal(dseg == 1, truth == 1) and np.array_equal(dseg == 2, truth == 2)
-    rows = list(csv.DictReader(open(stem.with_suffix(".tsv")), delimiter="\t"))
+    rows = list(csv.DictReader(stem.with_suffix(".tsv").read_text().splitlines(), delimiter="\t"))
     assert {r["index"]: r["name"] for r in rows} == {"0": "background", "1": "necrotic_core", "2": "oedema",
                                                      "3": "enhancing"}
     pred = np.asarray(nib.load(out / "predictions" / "sub-01_ses-02.nii.gz").dataobj)

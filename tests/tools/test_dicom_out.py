@@ -44,7 +44,7 @@ def test_seg_over_a_foreign_series_round_trips_through_highdicom(tmp_path, name)
     geometry = frame_geometry(sources)
     rows, cols = geometry[0][4], geometry[0][5]
     data = disc_mask(rows, cols, len(geometry))
-    seg_ds, numbers = write_seg(data, affine_of(geometry), {1: "gland", 2: "lesion"}, sources, tmp_path / "s.dcm")
+    _, numbers = write_seg(data, affine_of(geometry), {1: "gland", 2: "lesion"}, sources, tmp_path / "s.dcm")
     assert numbers == {1: 1, 2: 2}
     seg = hd.seg.segread(tmp_path / "s.dcm")
     src = sources[0]

@@ -11,9 +11,9 @@ import pytest
 
 pytest.importorskip("deepbet", reason="deepbet is the optional extra bcer[pretrained]")
 
-from bcer.datasets.synth import synth_cohort  # noqa: E402
-from bcer.tools.io import read_nifti  # noqa: E402
-from bcer.tools.registry import call_tool  # noqa: E402
+from bcer.datasets.synth import synth_cohort
+from bcer.tools.io import read_nifti
+from bcer.tools.registry import call_tool
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -15,13 +15,13 @@ import pytest
 
 pytest.importorskip("nnunetv2", reason="nnunetv2 is the optional extra bcer[nnunet]")
 
-import nibabel as nib  # noqa: E402
-import torch  # noqa: E402
+import nibabel as nib
+import torch
 
-from bcer.contracts.artifacts import Image  # noqa: E402
-from bcer.tools.io import write_nifti  # noqa: E402
-from bcer.tools.registry import call_tool  # noqa: E402
-from bcer.tools.seg import nnunet as nn_tool  # noqa: E402
+from bcer.contracts.artifacts import Image
+from bcer.tools.io import write_nifti
+from bcer.tools.registry import call_tool
+from bcer.tools.seg import nnunet as nn_tool
 
 pytestmark = pytest.mark.timeout(240)
 LABELS = {"background": 0, "gland": 1, "lesion": 2}

@@ -10,9 +10,10 @@ the column name as their meaning, so nothing is dropped and a reader can still f
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 log = logging.getLogger(__name__)
 PRIVATE_SCHEME = "99BCER"
@@ -28,7 +29,7 @@ CONCEPTS: dict[str, tuple[str, str, str]] = {
 UNITS = {"mL": "ml", "ml": "ml", "mm": "mm", "%": "%", "a.u.": "1", "um2/s": "um2/s", "m2": "m2",
          "mL/m2": "ml/m2", "frame": "{frame}", "category": "{category}", "mm2/s": "mm2/s", "s": "s"}
 
-__all__ = ["CONCEPTS", "Group", "Item", "PRIVATE_SCHEME", "concept", "read_measurements", "write_sr"]
+__all__ = ["CONCEPTS", "PRIVATE_SCHEME", "Group", "Item", "concept", "read_measurements", "write_sr"]
 
 
 @dataclass

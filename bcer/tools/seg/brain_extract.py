@@ -69,7 +69,7 @@ def deepbet_card() -> MethodCard:
                       trained_on="not stated in the package (see the deepbet project)")
 
 
-@tool("seg.brain_extract", version="1.0", milestone="segmentation", resources={"num_cpus": 1, "memory_mb": 4096},
+@tool("seg.brain_extract", version="1.0", resources={"num_cpus": 1, "memory_mb": 4096},
       gpu="optional", frameworks=("torch", "deepbet"))
 def brain_extract(t1: Image, params: BrainExtractParams, device: str = "cpu") -> Mask:
     """Brain mask of a T1-weighted volume (deepbet's pretrained networks).
