@@ -26,11 +26,12 @@ log = logging.getLogger(__name__)
 
 STEP_SYSTEM = (
     "You are the Brain of bcer, an MRI analysis engine. You build a workflow one step at a time. "
-    "Each answer is ONE JSON step: the tool to run next and, for each input listed under it, one "
-    "of the options shown. Options are listed best first by bcer's rules; the first tool and the first "
-    "option of each input are the defaults: keep them unless the goal asks for something else. "
-    "Answer with the JSON step only.")
-STEP_EXAMPLE = '{"tool":"a.first","args":{"image":"@seq.T2","mask":"@node.b_second.mask"}}'
+    "Each answer is ONE JSON step: the tool to run next and, in args, the inputs you bind to another "
+    "option than their default. Options are listed best first by bcer's rules; the first tool and the "
+    "first option of each input are the defaults: keep them (leave the input out of args) unless the goal "
+    "asks for something else. Answer with the JSON step only.")
+# placeholder names that no case or tool has: a small model copies an example's tokens
+STEP_EXAMPLE = '{"tool":"x.tool","args":{"image":"@seq.X","mask":"@node.y_tool.mask"}}'
 STEP_MAX_TOKENS = 128  # one step is ~40 tokens; a rambling unconstrained answer is cut here
 
 
@@ -56,7 +57,7 @@ def step_messages(goal: str, summary: str, contract: TaskContract | None, state:
     if contract is not None:
         dels = ", ".join(f"{d.name} ({d.kind.value} at {d.milestone})" for d in contract.deliverables)
         task = f"task {contract.id}: milestones {', '.join(contract.milestones)}; deliverables {dels or 'none'}"
-    missing = ", ".join(m for m, _ in state.needs())
+    missing = ", ".join(dict.fromkeys(w[0] for w in state.needs()))
     user = (f"Goal: {goal}\n{task}\n{summary}\n{step_text(state)}\nStill missing: {missing}\n"
             f"Choose the next step among:\n{choices_text(options)}\n"
             f"Answer format (other tools): {STEP_EXAMPLE}")
@@ -141,7 +142,7 @@ class StepDecoder:
                 return PlanSketch(goal=goal, domain=domain, steps=state.steps)
             if len(state.steps) >= self.max_steps:
                 raise ToolError(ErrorCode.schema, f"the plan reached {self.max_steps} steps with "
-                                f"{[m for m, _ in state.needs()]} still missing", case=case.id)
+                                f"{sorted({w[0] for w in state.needs()})} still missing", case=case.id)
             sid = step_id(options[0].tool)
             if len(options) == 1 and not options[0].free():
                 choice, picked = options[0], {}

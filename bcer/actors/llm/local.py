@@ -123,13 +123,14 @@ class _Model:
         self._grammars: dict[str, Any] = {}
 
     def grammar(self, schema: dict[str, Any]) -> Any:
-        text = json.dumps(schema, sort_keys=True)
-        if text not in self._grammars:
-            try:  # compact JSON (no free whitespace): fewer tokens, and a small model cannot ramble
-                self._grammars[text] = self.compiler.compile_json_schema(text, any_whitespace=False)
+        key = json.dumps(schema, sort_keys=True)
+        if key not in self._grammars:
+            try:  # compact JSON (no free whitespace): fewer tokens, and a small model cannot ramble;
+                # properties keep their order (the step's "tool" before its "args"), so not sorted
+                self._grammars[key] = self.compiler.compile_json_schema(json.dumps(schema), any_whitespace=False)
             except Exception as e:  # a schema feature xgrammar cannot compile
                 raise ToolError(ErrorCode.schema, f"xgrammar cannot compile the schema: {e}") from None
-        return self._grammars[text]
+        return self._grammars[key]
 
 
 def _load(path: Path) -> _Model:

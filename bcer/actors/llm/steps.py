@@ -111,17 +111,19 @@ class StepState:
                    None)
         return self.identity(src) if src else None
 
-    def needs(self) -> list[tuple[str, ArtifactKind | None]]:
-        """(milestone, kind) the plan must still reach: contract deliverables and milestones,
-        or without a contract the milestones the goal names."""
+    def needs(self) -> list[tuple[str, ArtifactKind | None, str | None]]:
+        """(milestone, kind, deliverable field) the plan must still reach: the contract's
+        deliverables, then its milestones no deliverable covers (the offline Brain's order);
+        without a contract the milestones the goal names."""
         specs = [self.tools[s.tool] for s in self.steps]
-        wanted: list[tuple[str, ArtifactKind | None]] = []
+        wanted: list[tuple[str, ArtifactKind | None, str | None]] = []
         if self.contract is not None:
-            wanted += [(d.milestone, d.kind) for d in self.contract.deliverables]
-            wanted += [(m, None) for m in self.contract.milestones]
+            wanted += [(d.milestone, d.kind, d.field or d.name) for d in self.contract.deliverables]
+            covered = {d.milestone for d in self.contract.deliverables}
+            wanted += [(m, None, None) for m in self.contract.milestones if m not in covered]
         else:
-            wanted += [(m, None) for m in self.goal_milestones]
-        return [w for w in dict.fromkeys(wanted) if not any(_serves(s, *w) for s in specs)]
+            wanted += [(m, None, None) for m in self.goal_milestones]
+        return [w for w in dict.fromkeys(wanted) if not any(_serves(s, w[0], w[1]) for s in specs)]
 
 
 def _serves(spec: ToolSpec, milestone: str, kind: ArtifactKind | None) -> bool:
@@ -140,13 +142,31 @@ def port_options(state: StepState, spec: ToolSpec, port: Any) -> list[str]:
     if identity:  # never another sequence in its place (the offline Brain's rule too)
         options = same + [t for t in options if not t.startswith("@seq.") and state.identity(t) in (None, identity)]
     seqs = [t for t in options if t.startswith("@seq.")]
-    options = _one_field_per_step(state, port.name, options)
+    options = _namesake(state, port, _one_field_per_step(state, port.name, options))
     if state.contract is not None:
         have = state.case.sequences
         fit = [t for t in seqs if state.contract.role_problem(spec.name, port.name, t[5:], have) is None]
         if fit and len(fit) < len(seqs):
             options = fit + [t for t in options if not t.startswith("@seq.")]
     return [t for t in options if (spec.name, port.name, t) not in state.banned]
+
+
+def _namesake(state: StepState, port: Any, options: list[str]) -> list[str]:
+    """A port of a derived kind named like the output of a tool the task needs (``function``,
+    ``findings``, ``gland``, ``labels``) takes only that output: it waits for its producer
+    instead of binding another artifact of the kind (measured: SmolLM2 fed the ACDC
+    classifier's ``function`` the ED/ES ``phases`` table). Image ports are left alone (a
+    denoised ``image`` is not what every image port wants)."""
+    if port.kind == ArtifactKind.image:
+        return options
+    wanted = set(state.goal_milestones)
+    if state.contract is not None:
+        wanted = set(state.contract.milestones) | {d.milestone for d in state.contract.deliverables}
+    makers = [s for s in state.tools.values() if s.milestone in wanted
+              and any(p.name == port.name and p.kind == port.kind for p in s.outputs)]
+    if not makers:
+        return options
+    return [t for t in options if t.startswith("@node.") and t.split(".")[2] == port.name]
 
 
 def _one_field_per_step(state: StepState, port: str, options: list[str]) -> list[str]:
@@ -199,7 +219,14 @@ def choices(state: StepState) -> list[Choice]:
     if not needs:
         return []
     free = {n: s for n, s in state.tools.items() if n not in state.used() and (n, "", "") not in state.banned}
-    wanted = {n for n, s in free.items() if any(_serves(s, *w) for w in needs)}
+    wanted: set[str] = set()
+    for milestone, kind, name in needs:
+        serving = {n for n, s in free.items() if _serves(s, milestone, kind)}
+        # a deliverable named like some tools' output (``features``, ``function``, ``gland``) is
+        # what those tools make: the contract's name narrows the producers (measured: SmolLM2
+        # took quant.roi_stats for brain_grade's ``features`` on every case)
+        named = {n for n in serving if any(p.name == name for p in free[n].outputs)}
+        wanted |= named or serving
     frontier = set(wanted)
     for _ in range(MAX_ENABLER_DEPTH):  # tools that make what a wanted tool still lacks
         lacking = {k for n in frontier for k in _unbindable_kinds(state, free[n])}
@@ -220,7 +247,7 @@ def _gatherer(spec: ToolSpec) -> bool:
 
 def stuck(state: StepState) -> ToolError:
     """The typed error when milestones remain and no tool can be planned towards them."""
-    missing = list(dict.fromkeys(m for m, _ in state.needs()))
+    missing = list(dict.fromkeys(w[0] for w in state.needs()))
     return ToolError(ErrorCode.input_missing, f"case {state.case.id!r} (sequences {sorted(state.case.sequences)}): "
                      f"no allowed tool can reach {', '.join(missing)} from the steps so far "
                      f"{[s.tool for s in state.steps]}", "give a case with the inputs the task needs",
@@ -228,12 +255,13 @@ def stuck(state: StepState) -> ToolError:
 
 
 def step_schema(options: list[Choice]) -> dict[str, Any]:
-    """JSON schema of the next step: one ``anyOf`` branch per tool; ``args`` holds exactly the
-    ports with a choice, each an ``enum`` of its options."""
+    """JSON schema of the next step: one ``anyOf`` branch per tool; ``args`` may hold the ports
+    with a choice, each an ``enum`` of its options; a port left out takes its first (default)
+    option."""
     branches = []
     for c in options:
         free = c.free()
-        args = {"type": "object", "additionalProperties": False, "required": sorted(free),
+        args = {"type": "object", "additionalProperties": False,
                 "properties": {p: {"type": "string", "enum": o} for p, o in sorted(free.items())}}
         branches.append({"type": "object", "additionalProperties": False, "required": ["tool", "args"],
                          "properties": {"tool": {"const": c.tool}, "args": args}})
@@ -287,15 +315,11 @@ def check_step(text: str, options: list[Choice]) -> tuple[Choice, dict[str, str]
         elif value not in free[port]:
             problems.append(ToolError(ErrorCode.bad_reference, f"input {port!r} of {choice.tool} cannot bind "
                                       f"{value!r}", f"one of {free[port]}", arg=port, tool=choice.tool))
-    missing = sorted(set(free) - set(args))
-    if missing:
-        problems.append(ToolError(ErrorCode.schema, f"{choice.tool} needs a choice for {missing}",
-                                  "; ".join(f"{p}: one of {free[p]}" for p in missing), tool=choice.tool))
     if problems:
         raise problems[0] if len(problems) == 1 else ToolError(
             problems[0].code, "; ".join(p.message for p in problems),
             " | ".join(p.hint for p in problems if p.hint), tool=choice.tool)
-    return choice, {p: args[p] for p in free}
+    return choice, {p: args.get(p, o[0]) for p, o in free.items()}  # left out: the default
 
 
 def _dym(name: str, options: Mapping[str, Any]) -> str:
@@ -345,7 +369,7 @@ def choices_text(options: list[Choice]) -> str:
         outs = ", ".join(f"{p.name} ({p.kind.value})" for p in c.spec.outputs)
         lines.append(f"- {c.tool}{' (default)' if i == 0 else ''} [milestone {c.spec.milestone}; makes {outs}]: {desc}")
         for port, opts in sorted(c.free().items()):
-            lines.append(f"    {port}: one of {opts[0]} (default), {', '.join(opts[1:])}")
+            lines.append(f"    {port}: {opts[0]} (default), or one of {', '.join(opts[1:])}")
     return "\n".join(lines)
 
 

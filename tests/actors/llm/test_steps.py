@@ -53,25 +53,27 @@ def test_grammar_binds_only_emitted_outputs_and_existing_sequences(case: Case) -
     first = choices(_state(case, "brain_grade"))
     assert [c.tool for c in first] == ["seg.brain_tumor"] and first[0].free() == {}
     assert first[0].forced() == SEG_STEP.args
-    # after it: quantification tools; their mask binds only the emitted segmenter's four masks
-    after = {c.tool: c for c in choices(_state(case, "brain_grade", [SEG_STEP]))}
-    assert sorted(after) == ["quant.roi_features", "quant.roi_stats"]  # the gatherer waits
-    masks = after["quant.roi_features"].options["mask"]
-    assert masks == [f"@node.seg_brain_tumor.{f}" for f in ("labels", "wt", "tc", "et")]
-    assert after["quant.roi_features"].options["image"][0] == "@seq.T1"  # the contract's first input first
-    schema = step_schema(list(after.values()))
-    good = {"tool": "quant.roi_features", "args": {"image": "@seq.T1c", "mask": "@node.seg_brain_tumor.tc"}}
+    # after it: the tool that makes the deliverable ``features`` (its output has that name); its
+    # mask binds the emitted segmenter (one producer: its first mask, no choice), its image a choice
+    after = choices(_state(case, "brain_grade", [SEG_STEP]))
+    assert [c.tool for c in after] == ["quant.roi_features"]  # the gatherer (the grade) waits
+    assert after[0].forced() == {"mask": "@node.seg_brain_tumor.labels"}
+    assert after[0].free() == {"image": ["@seq.T1", "@seq.T1c", "@seq.T2", "@seq.FLAIR"]}  # contract order
+    schema = step_schema(after)
+    good = {"tool": "quant.roi_features", "args": {"image": "@seq.T1c"}}
     jsonschema.validate(good, schema)
-    for bad in ({**good, "tool": "classify.glioma_grade"},                      # cannot come next
+    assert check_step(json.dumps(good), after)[1] == {"image": "@seq.T1c"}
+    assert check_step('{"tool": "quant.roi_features", "args": {}}', after)[1] == {"image": "@seq.T1"}  # default
+    for bad in ({**good, "tool": "classify.glioma_grade"},                          # cannot come next
+                {**good, "tool": "quant.roi_stats"},                                # not what makes `features`
                 {**good, "args": {**good["args"], "mask": "@node.seg_brain_tumor_2.tc"}},  # no such step
-                {**good, "args": {**good["args"], "mask": "@node.quant_roi_stats.table"}},  # not emitted
-                {**good, "args": {**good["args"], "image": "@seq.T9"}},          # no such sequence
-                {**good, "args": {**good["args"], "image": "@case.sex"}},        # a case key is no image
-                {**good, "args": {"image": "@seq.T1"}}):                          # a choice left out
+                {**good, "args": {"image": "@node.quant_roi_features.features"}},   # not emitted, not an image
+                {**good, "args": {"image": "@seq.T9"}},                             # no such sequence
+                {**good, "args": {"image": "@case.sex"}}):                          # a case key is no image
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, schema)
         with pytest.raises(ToolError) as err:  # the same rules without the schema (a server ignoring it)
-            check_step(json.dumps(bad), list(after.values()))
+            check_step(json.dumps(bad), after)
         assert err.value.code in (ErrorCode.schema, ErrorCode.bad_reference)
 
 
@@ -105,9 +107,9 @@ def test_first_ranked_picks_give_the_offline_plan_and_autofill_is_recorded(case:
     assert any(f["source"] == "finish" and f["step"] == "classify_glioma_grade" for f in fills)
     calls = [e for e in events if e["kind"] == "llm_call"]
     accepted = next(e for e in events if e["kind"] == "plan_accepted")["data"]
-    # one call: which quantification tool, on which image and mask (the grade's one source is forced)
+    # one call: the image of the features (the tools and every other binding have one option)
     assert len(calls) == len(backend.requests) == accepted["calls"] == 1
-    assert accepted["model_choices"] == accepted["first_ranked"] == 3 and accepted["autofilled"] == len(fills)
+    assert accepted["model_choices"] == accepted["first_ranked"] == 1 and accepted["autofilled"] == len(fills)
     assert all(c["data"]["purpose"] == "step" and c["data"]["accepted"] for c in calls)
 
 
@@ -115,8 +117,7 @@ def test_unconstrained_answers_are_checked_re_asked_and_given_up_on(case: Case) 
     contract = load_contract("brain_grade")
     prose = ('Sure! Here is the step:\n```json\n{"tool": "quant.roi_features", "args": {"image": "@seq.T1", '
              '"mask": "@node.seg_brain_tumor.labels"}}\n```')
-    invented = json.dumps({"tool": "quant.roi_features", "args": {"image": "@seq.T1",
-                                                                  "mask": "@node.seg_brain_tumor_x.tc"}})
+    invented = json.dumps({"tool": "quant.roi_features", "args": {"image": "@seq.T9"}})
     answers = ["I would segment first.", invented, prose]
     backend = fake.ScriptedBackend(answers)
     brain = LLMBrain(backend)
@@ -127,7 +128,7 @@ def test_unconstrained_answers_are_checked_re_asked_and_given_up_on(case: Case) 
     assert [c["error_code"] for c in calls[:2]] == ["schema", "bad_reference"]
     retry = backend.requests[1]["messages"]  # the re-ask carries the answer and its error
     assert retry[-2] == {"role": "assistant", "content": answers[0]} and "[schema]" in retry[-1]["content"]
-    assert "seg_brain_tumor_x" in backend.requests[2]["messages"][-1]["content"]
+    assert "T9" in backend.requests[2]["messages"][-1]["content"]
     with pytest.raises(ToolError) as err:
         LLMBrain(fake.ScriptedBackend(["no idea"]), max_reasks=1).plan(contract.goal, case, contract)
     assert err.value.code is ErrorCode.schema and "giving up" in err.value.message and "2 tries" in err.value.message
@@ -144,8 +145,7 @@ def test_revise_bans_what_the_compiler_rejected(case: Case) -> None:
     assert revised is not None
     new_quant = next(s for s in revised.steps if s.tool == quant.tool)
     assert new_quant.args["image"] != quant.args["image"]  # the rejected option is no longer offered
-    branch = next(b for b in backend.requests[-1]["json_schema"]["anyOf"]
-                  if b["properties"]["tool"]["const"] == quant.tool)
+    branch = backend.requests[-1]["json_schema"]  # one tool: one branch
     assert branch["properties"]["args"]["properties"]["image"]["enum"] == ["@seq.T1c", "@seq.T2", "@seq.FLAIR"]
 
 
