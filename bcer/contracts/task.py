@@ -82,6 +82,9 @@ class TaskContract(BaseModel):
     quality: list[QualityCheck] = Field(default_factory=list)
     # domain checks of the deliverables; a case that fails one is ``implausible`` (SR 0)
     plausibility: list[PlausibilityCheck] = Field(default_factory=list)
+    # what the report must state: evidence fact names, for every entity that has them (the R4
+    # critic flags a report that omits one); empty: the report tool's defaults per domain
+    report_requires: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _plausibility_names_deliverables(self) -> "TaskContract":

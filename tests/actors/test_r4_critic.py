@@ -248,3 +248,18 @@ def test_a_value_that_is_another_facts_is_wrong_for_the_fact_named(cardiac):
     assert out.verdict == "clean" and not any("volume 190 mL (130" in s for s in out.draft.findings)
     count = _d(CARDIAC[:3] + ["Four segments are hypokinetic."] + CARDIAC[4:], CARDIAC_IMP)
     assert _material(reflect(count, cardiac)) == []  # the quantity word after the number
+
+
+def test_the_contract_lists_what_the_report_must_state():
+    from bcer.actors.r4.reviewer import _contract_requires, require
+
+    row = {"lv_edv_ml": 250.0, "lv_ef_pct": 24.0, "rv_edv_ml": 150.0, "rv_ef_pct": 55.0, "myo_mass_g": 140.0}
+    units = {"lv_edv_ml": "mL", "lv_ef_pct": "%", "rv_edv_ml": "mL", "rv_ef_pct": "%", "myo_mass_g": "g"}
+    t = _o(Table([row], units, "cardiac_function"), "f", "function")
+    draft = _d(["LV end-diastolic volume 250 mL, LVEF 24%.", "LV mass 140 g."], ["ACDC group `DCM`."])
+    ev = build_evidence(measurements=t, classification=_o(Classification("DCM"), "a", "classification"))
+    require(ev, _contract_requires("cardiac_report"))
+    (issue,) = [i for i in reflect(draft, ev) if i.material]
+    assert (issue.type, issue.entity, sorted(issue.expected)) == ("missing", "rv", ["rv_edv_ml", "rv_ef_pct"])
+    require(ev, ["lv_edv_ml", "lv_ef_pct", "myo_mass_g"])  # a contract that does not ask for the RV
+    assert _material(reflect(draft, ev)) == []

@@ -13,9 +13,11 @@ import logging
 from typing import Any
 
 from ...contracts.artifacts import Report
+from ...contracts.task import load_contract
 from ...engine.review import CurateRequest, ReviewRequest, ReviewResult
 from ...memory import Exemplar
 from ...tools.reporting import build_evidence, render_report
+from ...tools.reporting.evidence import _PHASE_DOUBT as PHASE_DOUBT_FACTS
 from ...tools.reporting.prose import Box, Draft
 from ..memory import MemoryClient
 from .drafter import LLMDrafter, TemplateDrafter
@@ -39,6 +41,26 @@ def structure_key(structured: dict[str, Any]) -> str:
     parts += [f"{x.get('id')}:{x.get('side')}:{x.get('zone')}:{x.get('category')}" for x in structured.get("lesions", [])]
     parts += [f"side:{structured.get('side')}"] if structured.get("side") else []
     return "|".join(str(p) for p in parts)
+
+
+def _contract_requires(task: str | None) -> list[str]:
+    if not task:
+        return []
+    try:
+        return list(load_contract(task).report_requires)
+    except (FileNotFoundError, ValueError):  # a run without a contract file: the report tool's defaults
+        return []
+
+
+def require(ev: Any, names: list[str]) -> None:
+    """Make the contract's list what the report must state (the phase doubt stays required
+    where cardiac.ed_es flagged it); an empty list keeps the defaults."""
+    if not names:
+        return
+    want = set(names)
+    for f in ev.facts.values():
+        if f.role in ("measure", "count", "slice", "score") and f.entity != "rules":
+            f.required = f.name in want or (f.required and f.name in PHASE_DOUBT_FACTS)
 
 
 def critic_flag(unresolved: list[dict[str, Any]]) -> str:
@@ -85,6 +107,7 @@ class R4Reviewer:
         p = request.params
         decimals = int(p.get("decimals", self.cfg.decimals))
         ev = build_evidence(**{k: v for k, v in request.inputs.items() if k in _PORTS}, domain=p.get("domain", "auto"))
+        require(ev, _contract_requires(request.task))
         cfg = R4Config(self.cfg.k, self.cfg.max_passes, self.cfg.retrieve_k, decimals)
         loop = R4Loop(self.drafter, self._retrieve if self.memory is not None else None, self.wording, cfg,
                       self.opinion)
