@@ -130,6 +130,8 @@ class Study:
             against the tool's params model before anything runs; recorded in provenance.
         model_actors: serve the ``bundles`` tools from one model actor per GPU (each loads its
             bundle once); on a cluster without GPUs they run as tasks on their CPU path.
+        derivatives: also write the standard derivatives at the end (a BIDS derivative tree,
+            ``OUT/predictions``, DICOM SEG/SR for DICOM cases; docs/outputs.md).
     """
 
     data: str | Path | list[Case]
@@ -160,6 +162,7 @@ class Study:
     case_ids: tuple[str, ...] | list[str] | None = None
     exclude: tuple[str, ...] | list[str] | None = None
     params: dict[str, dict[str, Any]] | None = None
+    derivatives: bool = True
 
     def cases(self) -> list[Case]:
         """The cases to run: ``case_ids`` (in their order), less ``exclude``, then ``limit``."""
@@ -192,7 +195,8 @@ class Study:
                             model_dirs=bundle_read_roots(bundles, self.model_dirs),
                             cache=Path(self.cache) if self.cache else None, node_timeout_s=self.node_timeout_s,
                             reviewer=report_reviewer(contract, self.r4, self.memory, self.r4_llm),
-                            gpu_concurrency=self.gpu_concurrency, model_server=self._model_server(bundles))
+                            gpu_concurrency=self.gpu_concurrency, model_server=self._model_server(bundles),
+                            derivatives=self.derivatives)
 
     def _model_server(self, bundles: dict[str, str]) -> Any:
         """A factory of the bundle actor pool (built once Ray is up), or None."""

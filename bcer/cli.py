@@ -38,11 +38,7 @@ console = V.console  # one console: tests set its width through bcer.cli
 EXIT_OK, EXIT_CASES, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
-def _fail(err: Exception) -> None:
-    from rich.markup import escape
-
-    console.print(f"[bold red]error[/]: {escape(str(err))}")  # "[schema] ..." is text, not markup
-    raise typer.Exit(EXIT_USAGE)
+_fail = V.fail  # a typed error: printed, exit code 2
 
 
 def _interrupted(out: Path) -> None:
@@ -265,7 +261,8 @@ def cohort(data: O.DataRequired, task: O.Task = None, goal: O.Goal = None, plan_
            model_actors: O.ModelActors = False, bundle: O.Bundle = None, model_dir: O.ModelDir = None,
            r4: O.R4 = True, memory: O.Memory = None,
            planner: O.Planner = "offline", llm: O.LLM = None, llm_record: O.LLMRecord = None,
-           reflector: O.Reflector = "tier1", report: O.Report = True, as_json: O.Json = False) -> None:
+           reflector: O.Reflector = "tier1", report: O.Report = True, derivatives: O.Derivatives = True,
+           as_json: O.Json = False) -> None:
     """Run every case of a dataset folder; a failing case becomes a row and the others finish;
     a rerun on the same --out skips the finished cases.
 
@@ -278,7 +275,7 @@ def cohort(data: O.DataRequired, task: O.Task = None, goal: O.Goal = None, plan_
     try:
         study = Study(data, layout=layout, max_in_flight=max_in_flight, limit=limit, seq=_seq(seq),
                       case_ids=case_id, exclude=exclude, gpu_concurrency=gpu_concurrency,
-                      model_actors=model_actors, **shared)
+                      model_actors=model_actors, derivatives=derivatives, **shared)
     except ToolError as e:
         _fail(e)
     result = _run_study(study, out, address, as_json)
@@ -515,99 +512,10 @@ from .cli_data import data_inspect  # noqa: E402  (bcer data inspect: layout, ca
 data_app.command("inspect")(data_inspect)
 
 
-def _open_memory(path: Path, readonly: bool, embedder: str):
-    from .memory import ExemplarMemory
+from .cli_memory import memory_add, memory_export, memory_search, memory_stats  # noqa: E402
 
-    if readonly and not (path / "manifest.json").exists() and not (path / "wal.jsonl").exists():
-        _fail(FileNotFoundError(f"no exemplar memory in {path}"))
-    return ExemplarMemory(path, embedder, readonly=readonly)
-
-
-_MEM_OPT = typer.Option(..., "--memory", metavar="DIR", help="exemplar-memory folder")
-_EMB_OPT = typer.Option("minilm", metavar="NAME", help="embedder the memory was built with: minilm | hash")
-
-
-@memory_app.command("stats")
-def memory_stats(memory: Path = _MEM_OPT, embedder: str = _EMB_OPT,
-                 as_json: O.Json = False) -> None:
-    """Exemplars per task, index kind, support, profiles, pending WAL entries."""
-    try:
-        s = _open_memory(memory, True, embedder).stats()
-    except ToolError as e:
-        _fail(e)
-    if as_json:
-        typer.echo(json.dumps(s, indent=2, default=str))
-        return
-    t = Table(title=f"{s['exemplars']} exemplars in {memory} ({s['embedder']}, generation {s['generation']}, "
-                    f"{s['wal_pending']} in the WAL)")
-    for col in ("task", "exemplars", "support", "index", "profiles"):
-        t.add_column(col)
-    for task, v in s["tasks"].items():
-        t.add_row(task, str(v["exemplars"]), str(v["support"]), v["index"],
-                  ", ".join(f"{k}={n}" for k, n in v["profiles"].items()))
-    console.print(t)
-
-
-@memory_app.command("add")
-def memory_add(runs: list[Path] = typer.Argument(..., metavar="RUN...", help="case output folders, or cohort folders holding them"),
-               memory: Path = _MEM_OPT, embedder: str = _EMB_OPT) -> None:
-    """Curate the reviewed reports of finished cases into the memory (only validated cases, those
-    with _DONE, whose report the R4 loop left without material issue are added)."""
-    from .actors.memory import MemoryClient
-    from .actors.r4.reviewer import R4Reviewer
-    from .contracts.artifacts import Report
-    from .engine.review import CurateRequest
-
-    dirs = sorted({p.parent for r in runs for p in ([r / "report.json"] if (r / "report.json").exists()
-                                                     else r.glob("*/report.json"))})
-    if not dirs:
-        _fail(FileNotFoundError(f"no report.json under {', '.join(map(str, runs))}"))
-    try:
-        mem = _open_memory(memory, False, embedder)
-    except ToolError as e:
-        _fail(e)
-    reviewer, counts = R4Reviewer(MemoryClient(mem)), {}
-    try:
-        for d in dirs:
-            data = json.loads((d / "report.json").read_text())
-            done = json.loads((d / "_DONE").read_text()) if (d / "_DONE").exists() else {}
-            row = json.loads((d / "result.json").read_text()) if (d / "result.json").exists() else {}
-            rep = Report(data.get("text", ""), data.get("structured", {}), data.get("evidence", []), data.get("meta", {}))
-            res = reviewer.curate(CurateRequest(case_id=d.name, task=row.get("task"), run_id=done.get("run_id", ""),
-                                                report=rep, verified=bool(done), status=row.get("status", "")))
-            counts[res["action"]] = counts.get(res["action"], 0) + 1
-            console.print(f"{d.name}: {res['action']} ({res['reason']})")
-    finally:
-        mem.close()
-    console.print(", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-
-
-@memory_app.command("search")
-def memory_search(query: str = typer.Argument(..., metavar="QUERY", help="evidence summary or free text"),
-                  memory: Path = _MEM_OPT, task: str = typer.Option(..., metavar="ID", help="task id"),
-                  k: int = typer.Option(3, "-k", metavar="K", min=1, help="exemplars to return"),
-                  profile: Optional[str] = typer.Option(None, metavar="NAME", help="only exemplars of this profile"),
-                  embedder: str = _EMB_OPT) -> None:
-    """Top-k exemplars of a task nearest to the query (cosine)."""
-    try:
-        hits = _open_memory(memory, True, embedder).search(task, query, k, profile=profile)
-    except ToolError as e:
-        _fail(e)
-    for h in hits:
-        r = h["record"]
-        console.print(f"[bold]{h['score']:.3f}[/] {r['id']} {r['case']} ({r['profile']}, {r['label']}, "
-                      f"support {r['support']})\n  {r['profile_text']}")
-
-
-@memory_app.command("export")
-def memory_export(target: Path = typer.Argument(..., metavar="FILE", help="output file: .jsonl or .parquet"),
-                  memory: Path = _MEM_OPT, embedder: str = _EMB_OPT) -> None:
-    """Every exemplar record as JSON lines or Parquet."""
-    try:
-        path = _open_memory(memory, True, embedder).export(target)
-    except ToolError as e:
-        _fail(e)
-    console.print(f"wrote {path}")
+for _name, _fn in (("stats", memory_stats), ("add", memory_add), ("search", memory_search), ("export", memory_export)):
+    memory_app.command(_name)(_fn)
 
 
 def main() -> None:  # pragma: no cover

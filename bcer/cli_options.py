@@ -92,4 +92,7 @@ Memory = Annotated[Optional[Path], typer.Option(
     "--memory", metavar="DIR", help="exemplar-memory folder (shared across cohorts)")]
 # output
 Report = Annotated[bool, typer.Option("--report/--no-report", help="write the HTML pages (OUT/report)")]
+Derivatives = Annotated[bool, typer.Option(
+    "--derivatives/--no-derivatives",
+    help="also write the BIDS derivative tree, OUT/predictions and DICOM SEG/SR (docs/outputs.md)")]
 Json = Annotated[bool, typer.Option("--json", help="print the result as JSON instead of tables")]
