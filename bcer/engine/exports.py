@@ -53,6 +53,8 @@ def write_derivatives(out: str | Path, cases: Iterable[Case], *, name: str = "bc
                 written["dicom"] += dicom_out.export_case(out, one, version=(generated_by or {}).get("Version", "0"))
             except ToolError as e:
                 log.warning("derivatives: no DICOM SEG/SR for %s: %s", one.case.id, e)
+            except Exception as e:  # highdicom/pydicom on a header they refuse: this case only, logged
+                log.warning("derivatives: no DICOM SEG/SR for %s: %s: %s", one.case.id, type(e).__name__, e)
     if bids:
         written["bids"] = bids_out.write_tree(out, done, name=name, generated_by=generated_by or {})
     return written
