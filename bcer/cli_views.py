@@ -12,6 +12,15 @@ from rich.table import Table
 console = Console()
 
 
+def fail(err: Exception) -> None:
+    """Print a typed error and exit with code 2 (a usage or input error: nothing ran)."""
+    import typer
+    from rich.markup import escape
+
+    console.print(f"[bold red]error[/]: {escape(str(err))}")  # "[schema] ..." is text, not markup
+    raise typer.Exit(2)
+
+
 @contextmanager
 def case_bar(total: int, label: str = "cases") -> Iterator[Callable[..., None]]:
     """A bar over ``total`` items; yields the callback that advances it by one."""
@@ -218,5 +227,5 @@ def print_tasks(rows: list[dict]) -> None:
     console.print(t)
 
 
-__all__ = ["case_bar", "console", "fmt_quality", "fmt_spacing", "narrow", "param_line", "pct", "print_ablation", "print_bench",
+__all__ = ["case_bar", "console", "fail", "fmt_quality", "fmt_spacing", "narrow", "param_line", "pct", "print_ablation", "print_bench",
            "print_planning", "print_summary", "print_tasks", "print_tool_blocks", "print_tool_table", "task_rows"]
