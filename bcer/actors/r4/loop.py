@@ -53,7 +53,8 @@ class R4Outcome:
                  "message": i.message} for i in self.final_issues if i.material][:limit]
 
     def summary(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "unresolved": self.unresolved(),"route": self.route.to_dict(), "exemplars": [e["record"]["id"] for e in self.exemplars],
+        return {"verdict": self.verdict, "unresolved": self.unresolved(), "route": self.route.to_dict(),
+                "exemplars": [e["record"]["id"] for e in self.exemplars],
                 "exemplar_scores": [round(e["score"], 4) for e in self.exemplars],
                 "draft_penalties": self.draft_penalties, "chosen": self.chosen,
                 "initial_issues": count_by_type(self.initial_issues), "initial_penalty": penalty(self.initial_issues),

@@ -120,7 +120,8 @@ def _wrong(issue: Issue, c: Claim, ev: Evidence) -> Issue:
         f = ev.facts[c.fact]
         return issue.model_copy(update={"type": "contradiction", "entity": f.entity, "evidence_ids": [f.id],
                                         "found": c.value, "expected": f.value, "fix": Fix(op="delete_sentence"),
-                                        "message": f"(second opinion) {f.key} is {num(f)}, the sentence says {c.value}"})
+                                        "message": f"(second opinion) {f.key} is {num(f)}, the sentence says "
+                                                   f"{c.value}"})
     concept = ev.concepts[c.finding]
     return issue.model_copy(update={"type": "negation", "entity": c.finding, "evidence_ids": list(concept.evidence),
                                     "found": c.present, "expected": concept.present, "fix": Fix(op="delete_sentence"),

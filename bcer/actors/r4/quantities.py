@@ -30,7 +30,8 @@ UNITS: dict[str, tuple[str, float]] = {
     "segment": ("count", 1.0), "frame": ("frame", 1.0), "frames": ("frame", 1.0),
 }
 _POW = r"(?:x|×|\*)\s*10\s*(?:\^\s*)?(?:⁻|-|−)\s*(?:³|⁶|3|6)\s*mm(?:²|2)\s*/\s*s"
-_UNIT = (rf"{_POW}|[µu]m(?:²|2)/s|mm(?:²|2)/s|m[lL]/m(?:²|2)|g/m(?:²|2)|kg/m(?:²|2)|cm(?:³|3)|mm(?:³|3)|[µu][lL]|mm|cm|"
+_UNIT = (rf"{_POW}|[µu]m(?:²|2)/s|mm(?:²|2)/s|m[lL]/m(?:²|2)|g/m(?:²|2)|kg/m(?:²|2)|cm(?:³|3)|mm(?:³|3)|[µu][lL]|"
+         r"mm|cm|"
          r"m[lL]|d[lL]|cc|L|kg|mg|g|%|ms|s|m(?:²|2)")
 WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve thirteen "
                                     "fourteen fifteen sixteen seventeen eighteen nineteen twenty".split())}
@@ -55,7 +56,8 @@ KEYWORDS: dict[str, re.Pattern] = {
 # measures no bcer fact is: a number named so is not a wrong value of another measure
 _OTHER_MEASURE = re.compile(r"\b(?:length|width|height|antero-?posterior|craniocaudal|transverse|"
                             r"thickness|depth|distance)\b", re.I)
-_FACT_KEY = [("n_abnormal", "abn"), ("n_segments", "total"), ("edvi", "edv"), ("esvi", "esv"), ("edv", "edv"), ("esv", "esv"), ("_sv_", "sv"), ("ef_pct", "ef"),
+_FACT_KEY = [("n_abnormal", "abn"), ("n_segments", "total"), ("edvi", "edv"), ("esvi", "esv"), ("edv", "edv"),
+             ("esv", "esv"), ("_sv_", "sv"), ("ef_pct", "ef"),
              ("mass", "mass"), ("wall", "wall"), ("volume", "volume"), ("diameter", "diameter"), ("size", "diameter")]
 
 
@@ -84,7 +86,8 @@ def _dim(role: str, name: str, unit: str) -> tuple[str, float]:
 
 def _unit(text: str) -> tuple[str, float] | None:
     u = re.sub(r"\s+", "", text.lower()).replace("×", "x").replace("*", "x").replace("−", "-").replace("⁻", "-")
-    u = u.replace("^", "").replace("³", "3" if "10" in u else "³").replace("⁶", "6").replace("²", "2" if "10" in u else "²")
+    power = "10" in u
+    u = u.replace("^", "").replace("³", "3" if power else "³").replace("⁶", "6").replace("²", "2" if power else "²")
     if u.startswith("x10"):
         return UNITS["x10-3 mm2/s"] if "-3" in u else UNITS["x10-6 mm2/s"]
     return UNITS.get(u) or UNITS.get(u.replace("²", "2").replace("³", "3"))
@@ -126,7 +129,8 @@ def quantities(s: str) -> list[Quantity]:
             out.append(Quantity((m.start("b"), m.end("b")), float(b), float(b), _tol(b), dim, b))
             continue
         hi = float(b) * factor if b else lo
-        out.append(Quantity(m.span(), min(lo, hi), max(lo, hi), (0.5 if word else _tol(b or a)) * factor, dim, m.group(0)))
+        tol = (0.5 if word else _tol(b or a)) * factor
+        out.append(Quantity(m.span(), min(lo, hi), max(lo, hi), tol, dim, m.group(0)))
     return out
 
 
@@ -173,7 +177,8 @@ def _by_keyword(cands: list[Fact], s: str, pos: int) -> list[Fact]:
             best.append(f)
     if best:
         return best
-    after = [(m.start(), f) for f in cands if KEYWORDS.get(_key_of(f)) for m in [KEYWORDS[_key_of(f)].search(s, pos)] if m]
+    after = [(m.start(), f) for f in cands if KEYWORDS.get(_key_of(f))
+             for m in [KEYWORDS[_key_of(f)].search(s, pos)] if m]
     first = min((a for a, _ in after), default=None)
     return [f for a, f in after if a == first]
 

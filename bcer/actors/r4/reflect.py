@@ -35,7 +35,8 @@ CONCEPT_ENTITY = {"enhancement": "enhancing", "necrosis": "necrotic_core", "oede
                   "suspicious lesion": "", "LV dilatation": "lv", "RV dilatation": "rv", "LV hypertrophy": "lv",
                   "regional wall motion abnormality": "heart", "reduced LV ejection fraction": "lv",
                   "reduced RV ejection fraction": "rv"}
-_COMPARE = re.compile(r"\b(LV|RV|left ventricle|right ventricle)\s+(?:is|appears)\s+(?:\w+\s+)?(larger|bigger|more dilated|"
+_COMPARE = re.compile(r"\b(LV|RV|left ventricle|right ventricle)\s+(?:is|appears)\s+(?:\w+\s+)?"
+                      r"(larger|bigger|more dilated|"
                       r"smaller)\s+than\s+(?:the\s+)?(LV|RV|left ventricle|right ventricle|left|right)\b", re.I)
 
 
@@ -346,8 +347,8 @@ def concept_mentions(s: str, domain: str) -> list[tuple]:
                     continue  # the other chamber's own concept handles it
                 wrong = True
             words = masked[lo:m.start()].split()
-            cue = (NEGATION.search(" ".join(words[-_NEG_WINDOW_WORDS:])) or NEG_PREFIX.search(masked[max(0, m.start() - 4):m.start()])
-                   or NEG_SUFFIX.match(masked[m.start():]))
+            cue = (NEGATION.search(" ".join(words[-_NEG_WINDOW_WORDS:]))
+                   or NEG_PREFIX.search(masked[max(0, m.start() - 4):m.start()]) or NEG_SUFFIX.match(masked[m.start():]))
             out.append((key, not (is_antonym or cue), m, cspan, side, wrong))
             break
     return out
