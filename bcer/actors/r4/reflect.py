@@ -9,6 +9,12 @@ required fact, entity, label or box the draft omits), ``localization`` (a zone, 
 or box that disagrees with the findings; a box counts when its IoU with the evidence box is
 below 0.5). Each issue carries a span and a suggested fix that the Repairer applies.
 
+Numbers without an evidence link are read by value and unit, with conversions
+(:mod:`.quantities`); a finding no bcer evidence holds is unsupported (closed world); a denial
+of a component whose volume another sentence states is a contradiction; grade, PI-RADS
+likelihood and ACDC group words are checked against the classification; header, disclaimer
+and evidence lines are metadata and skipped. Issues name evidence entities.
+
 Deterministic and pure: the same draft and evidence always give the same issues.
 """
 from __future__ import annotations
