@@ -227,9 +227,12 @@ def near_ties(ed_margin_sd: float, es_margin_sd: float) -> dict[str, bool]:
 
 
 def rule_holds(pick: int, exact: int, truth_curve: np.ndarray, edv: float, near_tie: bool) -> bool:
-    """Whether one phase pick meets the ED/ES rule against the truth: the exact frame, or, when
-    flagged a near tie, a frame whose true LV volume is within NEAR_TIE_EDV_FRACTION x EDV."""
-    if pick == exact:
+    """Whether one phase pick meets the ED/ES rule against the truth: the exact frame (or one of
+    exactly the same true volume: the truth itself cannot tell them apart), or, when flagged a
+    near tie, a frame whose true LV volume is within NEAR_TIE_EDV_FRACTION x EDV."""
+    from ..metrics import frame_match
+
+    if frame_match(pick, exact, truth_curve, 0.0):
         return True
     c = np.asarray(truth_curve, np.float64)
     return near_tie and abs(float(c[pick]) - float(c[exact])) <= NEAR_TIE_EDV_FRACTION * edv
