@@ -76,6 +76,7 @@ def plan_one(brain: LLMBrain, case, contract) -> tuple[dict, object]:
            "model_choices": accepted.get("model_choices") if accepted else None,
            "first_ranked": accepted.get("first_ranked") if accepted else None,
            "autofilled": sum(e["kind"] == "autofill" for e in events),
+           "decisions": accepted.get("decisions") if accepted else None,
            "completion_tokens": sum(c["data"].get("completion_tokens") or 0 for c in calls),
            "llm_s": round(sum(c["data"].get("latency_s") or 0 for c in calls), 2), "plan_s": round(wall, 2),
            "load_1min": round(os.getloadavg()[0], 2)}

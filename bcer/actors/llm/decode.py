@@ -31,7 +31,7 @@ STEP_SYSTEM = (
     "first option of each input are the defaults: keep them (leave the input out of args) unless the goal "
     "asks for something else. Answer with the JSON step only.")
 # placeholder names that no case or tool has: a small model copies an example's tokens
-STEP_EXAMPLE = '{"tool":"x.tool","args":{"image":"@seq.X","mask":"@node.y_tool.mask"}}'
+STEP_EXAMPLE = '{"tool":"x.tool","args":{}} (defaults) or {"tool":"x.tool","args":{"mask":"@node.y_tool.mask"}}'
 STEP_MAX_TOKENS = 128  # one step is ~40 tokens; a rambling unconstrained answer is cut here
 
 
@@ -48,7 +48,7 @@ class PlanStats:
 
     def as_dict(self) -> dict[str, Any]:
         return {"calls": self.calls, "model_choices": self.model_choices, "autofilled": self.autofilled,
-                "reasks": self.reasks, "first_ranked": self.first_ranked}
+                "reasks": self.reasks, "first_ranked": self.first_ranked, "decisions": self.decisions}
 
 
 def step_messages(goal: str, summary: str, contract: TaskContract | None, state: StepState,

@@ -35,6 +35,7 @@ from typing import Any, Callable, Mapping
 from ...contracts import ArtifactKind, Case, ErrorCode, PlanStep, TaskContract, ToolError, ToolSpec
 from ...contracts.errors import did_you_mean
 from ...contracts.sequences import canonical_sequence
+from ..brain import ANCHOR_PORTS
 
 MAX_ENABLER_DEPTH = 5
 
@@ -188,10 +189,25 @@ def _one_field_per_step(state: StepState, port: str, options: list[str]) -> list
     return out
 
 
+def _distinct_defaults(options: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Anchor ports (``fixed``, ``reference``) first; a later port's default is not a sequence
+    an earlier port's default already takes (a registration's moving image is not its fixed
+    one; the offline Brain's rule). The option stays, only lower in the list."""
+    taken: set[str] = set()
+    out: dict[str, list[str]] = {}
+    for port in sorted(options, key=lambda p: p not in ANCHOR_PORTS):
+        opts = options[port]
+        ranked = [t for t in opts if t not in taken] + [t for t in opts if t in taken]
+        if ranked and ranked[0].startswith("@seq."):
+            taken.add(ranked[0])
+        out[port] = ranked
+    return {p: out[p] for p in options}
+
+
 def _choice(state: StepState, spec: ToolSpec) -> Choice | None:
     """The tool with its port options, or None when a required port has nothing to bind (or,
     for a tool whose inputs are all optional, when none of them has)."""
-    options = {p.name: port_options(state, spec, p) for p in spec.inputs if p.required}
+    options = _distinct_defaults({p.name: port_options(state, spec, p) for p in spec.inputs if p.required})
     if any(not o for o in options.values()):
         return None
     if spec.inputs and not options:  # a gatherer binds its first port that has a source (the
