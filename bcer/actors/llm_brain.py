@@ -27,7 +27,8 @@ import json
 import logging
 import re
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -35,7 +36,7 @@ from ..contracts import Case, ErrorCode, PlanSketch, PlanStep, TaskContract, Too
 from ..contracts.sequences import canonical_sequence
 from ..engine.compiler import CompileError, compile_plan
 from ..engine.tokens import RUNTIME_KEYS
-from .brain import OfflineBrain, goal_milestones, plannable_tools
+from .brain import OfflineBrain, plannable_tools
 from .events import PendingEvents
 from .llm.base import LLMBackend, LLMReply, Message
 from .llm.decode import StepDecoder

@@ -12,15 +12,27 @@ typed error that says so. Nothing reaches the compiler that the step check did n
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from ...contracts import Case, ErrorCode, PlanSketch, PlanStep, TaskContract, ToolError, ToolSpec
 from ...engine.compiler import CompileError, compile_plan
 from ..brain import OfflineBrain, goal_milestones
 from ..events import PendingEvents
 from .base import LLMBackend, LLMReply, Message
-from .steps import Choice, StepState, case_summary, check_step, choices, choices_text, step_id, step_schema, step_text, stuck
+from .steps import (
+    Choice,
+    StepState,
+    case_summary,
+    check_step,
+    choices,
+    choices_text,
+    step_id,
+    step_schema,
+    step_text,
+    stuck,
+)
 
 log = logging.getLogger(__name__)
 
@@ -143,10 +155,10 @@ class StepDecoder:
             if len(state.steps) >= self.max_steps:
                 raise ToolError(ErrorCode.schema, f"the plan reached {self.max_steps} steps with "
                                 f"{sorted({w[0] for w in state.needs()})} still missing", case=case.id)
-            sid = step_id(options[0].tool)
             if len(options) == 1 and not options[0].free():
                 choice, picked = options[0], {}
-                self._autofill(case, stats, step_id(choice.tool), "tool", choice.tool, "the only tool that can come next")
+                self._autofill(case, stats, step_id(choice.tool), "tool", choice.tool,
+                               "the only tool that can come next")
             else:
                 choice, picked = self._ask(goal, summary, case, contract, state, options, rnd, stats)
             sid = step_id(choice.tool)
@@ -193,7 +205,8 @@ class StepDecoder:
             return self.backend.complete(messages, json_schema=schema, n=self.k, temperature=temperature,
                                          max_tokens=self.max_tokens, seed=self.seed + 7 * rnd + attempt)
         except ToolError as e:
-            self.events.add(case.id, "llm_call", error_code=e.code.value, message=f"step {index + 1}: {e.message[:300]}",
+            self.events.add(case.id, "llm_call", error_code=e.code.value,
+                            message=f"step {index + 1}: {e.message[:300]}",
                             data={"backend": self.backend.name, "model": self.backend.model, "purpose": "step",
                                   "round": rnd, "step": index, "attempt": attempt, "accepted": False,
                                   "reasons": [e.code.value], **{k: v for k, v in e.context.items()
@@ -246,4 +259,4 @@ class StepDecoder:
                     self._autofill(case, stats, node.id, port, tok, "unique producer", "compiler")
 
 
-__all__ = ["PlanStats", "STEP_SYSTEM", "StepDecoder", "bans", "step_feedback", "step_messages"]
+__all__ = ["STEP_SYSTEM", "PlanStats", "StepDecoder", "bans", "step_feedback", "step_messages"]

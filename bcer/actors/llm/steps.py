@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ...contracts import ArtifactKind, Case, ErrorCode, PlanStep, TaskContract, ToolError, ToolSpec
 from ...contracts.errors import did_you_mean
@@ -108,8 +109,8 @@ class StepState:
         out = spec.output(fld) if spec is not None else None
         if out is None:
             return None
-        src = next((step.args[p.name] for p in spec.inputs if p.kind == out.kind and isinstance(step.args.get(p.name), str)),
-                   None)
+        src = next((step.args[p.name] for p in spec.inputs
+                    if p.kind == out.kind and isinstance(step.args.get(p.name), str)), None)
         return self.identity(src) if src else None
 
     def needs(self) -> list[tuple[str, ArtifactKind | None, str | None]]:

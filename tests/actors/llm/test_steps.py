@@ -97,7 +97,7 @@ def test_first_ranked_picks_give_the_offline_plan_and_autofill_is_recorded(case:
     contract = load_contract("brain_grade")
     sketch = brain.plan(contract.goal, case, contract)
     offline = OfflineBrain().plan(contract.goal, case, contract)
-    nodes = lambda s: sorted((n.tool, json.dumps({**n.inputs, **n.params}, sort_keys=True))  # noqa: E731
+    nodes = lambda s: sorted((n.tool, json.dumps({**n.inputs, **n.params}, sort_keys=True))
                              for n in compile_plan(s, case, contract).nodes)
     assert nodes(sketch) == nodes(offline)
     events = brain.pop_events(case.id)
