@@ -12,7 +12,7 @@ EventKind = Literal[
     "deliverable", "validated", "skipped", "fallback", "case_started", "case_finished",
     "resumed", "cache_hit", "cache_stored", "timeout", "plausibility",
     # planners and LLM backends
-    "llm_call", "plan_accepted", "plan_rejected", "plan_fallback",
+    "llm_call", "plan_accepted", "plan_rejected", "plan_fallback", "autofill",
     # R4 report loop and exemplar memory
     "r4_route", "r4_retrieve", "r4_draft", "r4_reflect", "r4_repair", "memory_add",
     # benchmarks
