@@ -119,7 +119,7 @@ def section(path: Path) -> str:
         d = {"values": d}
     commit, date = git_last(path)
     commit = d.get("commit") or d.get("code_commit_measured") or commit
-    date = str(d.get("created") or date or "not recorded")[:10]
+    date = str(d.get("created") or date)[:10] or "not recorded"
     rows = [(k, v) for k, v in measures(d) if not NOISE.search(k)]
     head = (f"### `{path.name}`\n\ndate {date} · commit `{str(commit)[:7] or 'uncommitted'}` · "
             f"machine: {machine_of(d)}\n")
