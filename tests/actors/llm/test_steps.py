@@ -16,6 +16,7 @@ from bcer.actors.llm import make_backend
 from bcer.actors.llm.steps import StepState, check_step, choices, step_schema
 from bcer.actors.llm_brain import LLMBrain
 from bcer.contracts import Case, ErrorCode, Image, PlanStep, SequenceRef, ToolError, load_contract
+from bcer.contracts.event import Event
 from bcer.engine.compiler import compile_plan
 from bcer.tools.io import write_nifti
 
@@ -111,6 +112,8 @@ def test_first_ranked_picks_give_the_offline_plan_and_autofill_is_recorded(case:
     assert len(calls) == len(backend.requests) == accepted["calls"] == 1
     assert accepted["model_choices"] == accepted["first_ranked"] == 1 and accepted["autofilled"] == len(fills)
     assert all(c["data"]["purpose"] == "step" and c["data"]["accepted"] for c in calls)
+    for e in events:  # each is a valid trace line (the engine writes them through Event)
+        Event(run="r", case=case.id, **{k: v for k, v in e.items()}).model_dump_json()
 
 
 def test_unconstrained_answers_are_checked_re_asked_and_given_up_on(case: Case) -> None:
