@@ -159,16 +159,18 @@ def _namesake(state: StepState, port: Any, options: list[str]) -> list[str]:
     instead of binding another artifact of the kind (measured: SmolLM2 fed the ACDC
     classifier's ``function`` the ED/ES ``phases`` table). Image ports are left alone (a
     denoised ``image`` is not what every image port wants)."""
-    if port.kind == ArtifactKind.image:
+    if port.kind == ArtifactKind.image or not _namesake_makers(state, port):
         return options
+    return [t for t in options if t.startswith("@node.") and t.split(".")[2] == port.name]
+
+
+def _namesake_makers(state: StepState, port: Any) -> list[ToolSpec]:
+    """Tools the task needs that output an artifact named like ``port``, of its kind."""
     wanted = set(state.goal_milestones)
     if state.contract is not None:
         wanted = set(state.contract.milestones) | {d.milestone for d in state.contract.deliverables}
-    makers = [s for s in state.tools.values() if s.milestone in wanted
-              and any(p.name == port.name and p.kind == port.kind for p in s.outputs)]
-    if not makers:
-        return options
-    return [t for t in options if t.startswith("@node.") and t.split(".")[2] == port.name]
+    return [s for s in state.tools.values() if s.milestone in wanted
+            and any(p.name == port.name and p.kind == port.kind for p in s.outputs)]
 
 
 def _one_field_per_step(state: StepState, port: str, options: list[str]) -> list[str]:
@@ -213,20 +215,33 @@ def _choice(state: StepState, spec: ToolSpec) -> Choice | None:
         return None
     if spec.inputs and not options:  # a gatherer binds its first port that has a source (the
         # offline Brain's rule); the finishing rules bind the rest
-        first = next(((p.name, o) for p in spec.inputs if (o := port_options(state, spec, p))), None)
+        # which source a report files as its first input is a rule (the best-ranked), not a
+        # choice (measured: SmolLM2 filed the ED/ES phases as the cardiac report's measurements)
+        first = next(((p.name, o[:1]) for p in spec.inputs if (o := port_options(state, spec, p))), None)
         if first is None:
             return None
         options = dict([first])
     return Choice(spec.name, spec, options)
 
 
-def _unbindable_kinds(state: StepState, spec: ToolSpec) -> set[ArtifactKind]:
+def _lacking(state: StepState, spec: ToolSpec, gatherers: bool) -> list[Any]:
+    """Input ports of ``spec`` that nothing can feed yet (for a gatherer, with ``gatherers``:
+    all its ports while none has a source)."""
     required = [p for p in spec.inputs if p.required]
     if required:
-        return {p.kind for p in required if not port_options(state, spec, p)}
-    if any(port_options(state, spec, p) for p in spec.inputs):
-        return set()
-    return {p.kind for p in spec.inputs}  # a gatherer with nothing to gather: any of its kinds
+        return [p for p in required if not port_options(state, spec, p)]
+    if not gatherers or any(port_options(state, spec, p) for p in spec.inputs):
+        return []
+    return list(spec.inputs)
+
+
+def _feeds(state: StepState, maker: ToolSpec, port: Any) -> bool:
+    """Whether an output of ``maker`` could feed ``port`` (its kind; its name, for a port that
+    waits for its namesake)."""
+    outs = [p for p in maker.outputs if p.kind == port.kind]
+    if port.kind != ArtifactKind.image and _namesake_makers(state, port):
+        outs = [p for p in outs if p.name == port.name]
+    return bool(outs)
 
 
 def choices(state: StepState) -> list[Choice]:
@@ -244,18 +259,25 @@ def choices(state: StepState) -> list[Choice]:
         # took quant.roi_stats for brain_grade's ``features`` on every case)
         named = {n for n in serving if any(p.name == name for p in free[n].outputs)}
         wanted |= named or serving
-    frontier = set(wanted)
-    for _ in range(MAX_ENABLER_DEPTH):  # tools that make what a wanted tool still lacks
-        lacking = {k for n in frontier for k in _unbindable_kinds(state, free[n])}
-        frontier = {n for n, s in free.items() if n not in wanted and any(p.kind in lacking for p in s.outputs)}
-        if not frontier:
-            break
-        wanted |= frontier
-    found = [c for c in (_choice(state, free[n]) for n in wanted) if c is not None]
+    # tools that make what a wanted tool still lacks; a gatherer's inputs come from the other
+    # needs, so only when nothing else can come next does it pull producers in
+    found = _candidates(state, free, wanted, gatherers=False) or _candidates(state, free, wanted, gatherers=True)
     # a tool whose inputs are all optional (a report, a grade from any evidence) gathers what the
     # plan made: it comes once nothing else can, so it sees every artifact it could take
     makers = [c for c in found if not _gatherer(c.spec)]
     return sorted(makers or found, key=lambda c: state.rank(c.spec))
+
+
+def _candidates(state: StepState, free: Mapping[str, ToolSpec], wanted: set[str], gatherers: bool
+                ) -> list[Choice]:
+    wanted, frontier = set(wanted), set(wanted)
+    for _ in range(MAX_ENABLER_DEPTH):
+        lacking = [p for n in frontier for p in _lacking(state, free[n], gatherers)]
+        frontier = {n for n, s in free.items() if n not in wanted and any(_feeds(state, s, p) for p in lacking)}
+        if not frontier:
+            break
+        wanted |= frontier
+    return [c for c in (_choice(state, free[n]) for n in wanted) if c is not None]
 
 
 def _gatherer(spec: ToolSpec) -> bool:
