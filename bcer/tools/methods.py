@@ -57,6 +57,8 @@ class MethodCard(BaseModel):
             bits.append(f"trained on {self.trained_on}" if self.trained_on else "training data not stated")
         elif self.kind == "hybrid":
             bits = [f"hybrid {what}: " + "; ".join(c.line() for c in self.components)]
+        elif self.kind == "computation":
+            bits = [f"computation {what}", self.summary]
         else:
             bits = [f"{self.kind} method {what}", self.summary]
         if self.kind not in ("computation", "hybrid"):  # a hybrid's parts say it

@@ -124,7 +124,7 @@ def tool(name: str, *, version: str = "1.0", milestone: str | None = None,
                         resources=res, milestone=milestone, gpu=gpu,
                         frameworks=None if frameworks is None else list(frameworks),
                         gpu_frameworks=list(gpu_frameworks),
-                        method=method.model_dump(exclude_defaults=True) if isinstance(method, BaseModel) else method)
+                        method=_method(method, name, version, doc.split("\n\n")[0]))
         if name in REGISTRY and REGISTRY[name].fn.__qualname__ != fn.__qualname__:
             raise ValueError(f"tool {name!r} registered twice")
         REGISTRY[name] = RegisteredTool(spec, fn, params_model, multi)
@@ -132,6 +132,15 @@ def tool(name: str, *, version: str = "1.0", milestone: str | None = None,
         return fn
 
     return deco
+
+
+def _method(method: Any, name: str, version: str, summary: str) -> dict[str, Any]:
+    """The tool's method card as a dict: the one given, else a computation named by the tool."""
+    from .methods import default_card
+
+    if method is None:
+        method = default_card(name, version, " ".join(summary.split()))
+    return method.model_dump(exclude_defaults=True) if isinstance(method, BaseModel) else dict(method)
 
 
 def get_tool(name: str) -> RegisteredTool:
