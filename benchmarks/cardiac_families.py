@@ -10,7 +10,7 @@ the true extreme, i.e. a tie in the truth itself), EF error (points), ACDC group
 Usage::
 
     PYTHONPATH=$PWD python benchmarks/cardiac_families.py --family heldout --cases 20 [--size small]
-        [--borderline-every 3] [--bundle DIR] [--out benchmarks/results/cardiac_heldout.json]
+        [--borderline-every 3] [--bundle DIR] [--out benchmarks/results/cardiac_heldout60.json]
 
 ``--family heldout`` only measures; never tune anything on its numbers.
 """

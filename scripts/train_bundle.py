@@ -51,7 +51,7 @@ TRAIN_SEED0, EVAL_SEED0 = 100_000, 9000  # disjoint seed ranges: evaluation case
 FULL_EVERY = 5  # every 5th training cine is a 'full' one (finer grid, more frames)
 FRAMES_PER_CINE = 5  # ED, ES and three random frames of each cine
 # The training cines widen one of the randomised family's ranges: pericardial fat in 3 of 4
-# cines, up to 5 mm. benchmarks/cardiac_stress.py found that 0.2.0 (trained on the family's own
+# cines, up to 5 mm. a stress measurement (in git history) found that 0.2.0 (trained on the family's own
 # 0.5-3.5 mm in half the cines) took a 3.5 mm fat layer next to the RV for RV: RV Dice 0.93 ->
 # 0.83 on ten paired randomised cines. A range's edge must lie inside what the network saw.
 TRAIN_WIDEN = {"fat": 0.75, "pericardial_fat_mm": (0.5, 5.0)}

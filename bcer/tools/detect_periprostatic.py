@@ -25,7 +25,7 @@ def not_a_lesion(comp: np.ndarray, a: np.ndarray, d: np.ndarray, ref: np.ndarray
     """Why a lesion's ADC-grid outline is periprostatic tissue, not a lesion (step 5); "" when
     it is a lesion. ``ref``/``dnorm``: each voxel's normal ADC and normal-tissue DWI;
     ``depth``: each voxel's distance (mm) inside the gland (share >= 0.5). Thresholds set with
-    ``benchmarks/prostate_mask_edge.py`` on the randomised family only (segmented mask, one
+    a mask-edge measurement (in git history) on the randomised family only (segmented mask, one
     voxel larger, one smaller)."""
     adc, r = float(np.median(a[comp])), float(np.median(ref[comp]))
     adc_ratio = adc / max(r, 1e-6)

@@ -47,7 +47,7 @@ HELDOUT = [(0, "NOR"), (5, "HCM")]
 
 @pytest.mark.parametrize("seed,group", HELDOUT)
 def test_heldout_ed_es_within_one_frame(seed: int, group: str) -> None:
-    """Held-out (never tuned on): what 20 cases measured (benchmarks/results/cardiac_heldout.json:
+    """Held-out (never tuned on): what 20 cases measured (an earlier held-out run, in git history:
     75 % exact, every miss one frame off), not the issue's 95 % exact."""
     ph, _, row, _ = _chain("heldout", seed, group)
     t, n = ph.truth, ph.truth["n_frames"]

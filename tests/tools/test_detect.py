@@ -324,7 +324,7 @@ def test_thin_pz_lesion_below_the_tz_level_is_found() -> None:
     assert len(got) == 1 and got[0][0] == "PZ" and got[0][1] >= 0.9, got
 
 
-@pytest.mark.xfail(strict=True, reason="known weakness since 1.4 (benchmarks/results/prostate_stress.json): a "
+@pytest.mark.xfail(strict=True, reason="known weakness since 1.4 (a stress measurement in git history): a "
                                        "PZ-reading outline against the PZ level takes in the normal TZ beside it and "
                                        "is dropped; a fix tried (not adopted) raised FP/case on the randomised family")
 @pytest.mark.parametrize("lesion_adc", [1150.0, 1050.0])

@@ -103,7 +103,7 @@ def test_false_positives_per_case_within_the_goal() -> None:
     case: CI (another machine, same code and phantom) once found 2 on held-out seed 0 that this
     machine does not. One is a 3-voxel ADC component at the gland's edge whose T2w footprint
     lies one voxel outside the search area here; one voxel more of gland mask puts it inside.
-    ``benchmarks/prostate_mask_edge.py`` measures how findings move when the mask moves by a
+    A mask-edge measurement (in git history) measured how findings move when the mask moves by a
     voxel (randomised 60: 0.03 -> 0.87 false positives per case with the mask one voxel larger).
     The cohort rate is measured by the held-out bench."""
     fps = {f"{fam} {seed}": _false_positives(fam, seed, n) for fam, seed, n in CASES}
