@@ -338,6 +338,13 @@ def _t2_outline(on_t2: np.ndarray, gland: Mask, gl: np.ndarray, zo_t2: np.ndarra
     return refined, refined is not m
 
 
+def _gland_side(centroid: np.ndarray, gland: Mask) -> str:
+    """The lesion's side relative to the gland's own midline (a sagittal plane through the
+    gland's centroid, RAS: > 0 is the patient's right), never the sign of a world coordinate."""
+    x0 = float(vox2world(gland.affine, np.argwhere(np.asarray(gland.data) > 0).mean(axis=0))[0])
+    return "R" if centroid[0] > x0 else "L"
+
+
 def _finding(idx: int, m: np.ndarray, comp_adc: np.ndarray, a: np.ndarray, adc_aff: np.ndarray, gland: Mask,
              zo_t2: np.ndarray | None, t2: np.ndarray | None, normal_t2: dict[int, tuple[float, float]]) -> Finding:
     """One finding: outline ``m`` on the T2w grid, its diffusion values from ``comp_adc``."""
@@ -359,7 +366,7 @@ def _finding(idx: int, m: np.ndarray, comp_adc: np.ndarray, a: np.ndarray, adc_a
         attrs["t2_ratio"] = float(np.median(t2[m]) / normal_t2[zkey][0])
     box_world = (tuple(float(x) for x in world.min(axis=0)), tuple(float(x) for x in world.max(axis=0)))
     return Finding(id=f"lesion_{idx}", label="lesion", box_voxel=_box(ijk), box_world=box_world,
-                   volume_ml=float(m.sum() * gland.voxel_volume_ml), side="R" if centroid[0] > 0 else "L",
+                   volume_ml=float(m.sum() * gland.voxel_volume_ml), side=_gland_side(centroid, gland),
                    zone=zone, attributes=attrs)
 
 
@@ -439,7 +446,7 @@ def _area_on_t2(gland: Mask, zo_t2: np.ndarray | None, rim_mm: float) -> tuple[n
     return gl | rim, np.where(rim, zo_t2[tuple(idx)], zo_t2)
 
 
-@tool("detect.prostate_lesions", version="1.7", milestone="detection", resources={"num_cpus": 1, "memory_mb": 1024},
+@tool("detect.prostate_lesions", version="1.8", milestone="detection", resources={"num_cpus": 1, "memory_mb": 1024},
       output="findings")
 def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, zones: Mask | None = None,
                      transform: Transform | None = None, t2w: Image | None = None) -> Findings:
@@ -456,8 +463,9 @@ def prostate_lesions(adc: Image, dwi: Image, gland: Mask, params: LesionParams, 
 
     Returns:
         Findings (affine = the gland's): per lesion ``box_voxel`` (T2w grid, inclusive min,
-        exclusive max), ``box_world`` (RAS box of its voxel centres), ``volume_ml``, ``side`` (RAS
-        x of the centroid), ``zone``, attributes ``adc`` (median, native grid), ``adc_mean``,
+        exclusive max), ``box_world`` (RAS box of its voxel centres), ``volume_ml``, ``side`` ("R"
+        when the centroid lies right of a sagittal plane through the gland's centroid, RAS),
+        ``zone``, attributes ``adc`` (median, native grid), ``adc_mean``,
         ``size_mm`` (largest 3-D diameter), ``t2_ratio`` (when ``t2w``), ``box_voxel_adc``.
 
     Raises:

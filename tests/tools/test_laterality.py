@@ -189,3 +189,27 @@ def test_seg_brain_tumor_keeps_every_focus(seed: int, grade: str) -> None:
     assert dice(only_main["wt"].data > 0, truth > 0) < 0.75
     w = call_tool("quant.roi_features", {"image": seqs["T1c"], "mask": out["labels"]})["features"].meta["whole"]
     assert w["multifocal"] and sorted(f["side"] for f in w["foci"]) == ["L", "R"]
+
+
+def test_prostate_lesion_side_relative_to_the_gland_not_the_world_origin() -> None:
+    """A patient 40 mm right of the table centre: every world x > 0, the lesion sides stay the
+    truth's (relative to the gland, which the phantom centres on x = 0)."""
+    from bcer.contracts.artifacts import Transform
+    from bcer.datasets.prostate import make_prostate
+
+    ph = make_prostate("p", 4, size="small", n_lesions=2, misalign=True)
+    t = np.eye(4)
+    t[0, 3] = 40.0
+
+    def moved(a):
+        return type(a)(a.data, t @ a.affine, dict(a.meta), **({"labels": dict(a.labels)} if isinstance(a, Mask) else {}))
+
+    m = np.asarray(ph.truth["misalignment"]["matrix"])
+    inputs = {"adc": moved(ph.sequences["ADC"]), "dwi": moved(ph.sequences["DWI"]), "gland": moved(ph.labels["gland"]),
+              "zones": moved(ph.labels["zones"]), "t2w": moved(ph.sequences["T2w"]),
+              "transform": Transform(t @ m @ np.linalg.inv(t), "rigid")}
+    found = call_tool("detect.prostate_lesions", inputs)["findings"]
+    assert len(found.items) == 2 and all(f.attributes["centroid_world"][0] > 0 for f in found.items)
+    truth = sorted(ph.truth["lesions"], key=lambda les: les["centroid_world"][0])
+    got = sorted(found.items, key=lambda f: f.attributes["centroid_world"][0])
+    assert [f.side for f in got] == [les["side"] for les in truth] == ["L", "R"]
