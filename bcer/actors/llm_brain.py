@@ -1,5 +1,11 @@
 """The LLM Brain: a planner that asks a language model for the PlanSketch.
 
+By default (``decoding="steps"``) the plan is decoded one step at a time under a grammar
+rebuilt per step (:mod:`bcer.actors.llm.steps`, :mod:`bcer.actors.llm.decode`): only tools
+that make progress, only tokens that exist, no end before every milestone; what has one
+option is autofilled. The rest of this docstring describes ``decoding="plan"``, where the
+model writes the whole plan in one answer.
+
 The prompt holds the goal, the task contract's milestones and deliverables, a summary of
 the case (sequence names, kinds, shapes and spacings read from headers, metadata KEYS; never
 values nor ground truth) and the allowed tools with their ports, params and milestones.
