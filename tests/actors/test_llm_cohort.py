@@ -62,7 +62,13 @@ def test_llm_insert_repair_runs_through_the_executor(ray_local, tmp_path) -> Non
 PLAN = {"steps": [{"tool": "denoise.nlm", "id": "denoise_nlm", "args": {"image": "@seq.T1", "h_factor": 0.9}}]}
 
 
-def test_llm_cohort_is_recorded_and_replayed_bit_for_bit(ray_local, httpserver, tmp_path) -> None:
+def test_llm_cohort_is_recorded_and_replayed_bit_for_bit(ray_local, httpserver, tmp_path, monkeypatch) -> None:
+    # whole-plan decoding: the fake server answers whole plans (a one-input denoise plan has no
+    # choice left for the step decoder, which would autofill it without asking the model)
+    from bcer.actors.llm_brain import LLMBrain
+    from bcer.actors.specs import Controller
+
+    monkeypatch.setattr(Controller, "new_planner", lambda self: LLMBrain(self.backend, k=self.llm_k, decoding="plan"))
     httpserver.expect_request("/v1/models").respond_with_json(
         {"object": "list", "data": [{"id": "fake-model", "object": "model", "owned_by": "vllm"}]})
 
