@@ -31,8 +31,9 @@ ALLOWED: dict[str, set[str]] = {
     "api": BELOW_TOOLS | {"io", "tools", "datasets", "engine", "memory", "actors", "agents", "pages", "overrides",
                           "progress"},
     "cli": BELOW_TOOLS | {"io", "tools", "datasets", "engine", "memory", "actors", "agents", "api", "bench", "pages",
-                          "overrides", "progress", "cli_data", "cli_options", "cli_views"},
+                          "overrides", "progress", "cli_data", "cli_memory", "cli_options", "cli_views"},
     "cli_data": BELOW_TOOLS | {"io", "tools", "datasets", "engine", "api", "cli_options", "cli_views"},
+    "cli_memory": BELOW_TOOLS | {"memory", "engine", "actors", "agents", "cli_options", "cli_views"},
     "cli_options": BELOW_TOOLS | {"tools", "datasets"},
     "cli_views": BELOW_TOOLS | {"tools", "datasets", "engine"},
 }
