@@ -24,6 +24,10 @@ from .contracts import ToolError
 # typer prints a positional argument's Python type (``<path>``) beside its metavar whatever the
 # metavar says; the metavar alone is the help we want.
 typer.core.TyperArgument.display_type_rich = lambda self, ctx: None  # type: ignore[method-assign]
+# and a required argument is written bare in the usage line (click's and argparse's convention),
+# not in typer's braces, which read like a placeholder to fill in
+typer.core.TyperArgument._usage_display_name = lambda self: (  # type: ignore[method-assign]
+    (self.display_name_raw if self.required else f"[{self.display_name_raw}]") + ("..." if self.nargs != 1 else ""))
 _CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, context_settings=_CTX,
                   help="bcer: planned MRI analysis workflows on Ray, from one case to cohorts.")
@@ -135,7 +139,7 @@ def tools(name: Optional[str] = typer.Argument(None, metavar="TOOL", help="show 
     if name is not None or V.narrow(140):  # piped, small terminal or one tool: one block per tool
         V.print_tool_blocks(specs, detail=name is not None)
         if name is None:
-            console.print(f"{len(specs)} tools (`bcer tools TOOL` shows one with its param descriptions)")
+            console.print(f"{len(specs)} tools - one in full, with its param descriptions: bcer tools TOOL")
         return
     V.print_tool_table(specs)
 

@@ -31,7 +31,7 @@ def _cell_truth(gt: dict) -> str:
                                  f"values: {', '.join(values[:4])}{more}" if values else "") if x) or "-"
 
 
-def data_inspect(root: Path = typer.Argument(..., help="dataset folder, one case folder, or a mapping file"),
+def data_inspect(root: Path = typer.Argument(..., metavar="DATA", help="dataset folder, one case folder, or a mapping file"),
                  layout: O.Layout = None, as_json: bool = typer.Option(False, "--json", help="print JSON"),
                  seq: O.Seq = None) -> None:
     """Name the detected layout and, per case, its sequences, ground truth, problems and the

@@ -130,6 +130,15 @@ def param_line(name: str, schema: dict) -> str:
     return f"{name}={default!r}" + (f" [{', '.join(bounds)}]" if bounds else "")
 
 
+def plain(text: str) -> str:
+    """A docstring sentence as help text: reST literals (````x````, ```x```) and roles (``:func:`x```)
+    shown as the bare name."""
+    import re
+
+    text = re.sub(r":[a-z]+:`([^`]+)`", r"\1", text)
+    return re.sub(r"``?([^`]+)``?", r"\1", text)
+
+
 def print_tool_blocks(specs: list, detail: bool = False) -> None:
     """One block per tool; with ``detail`` every param's description on its own line."""
     from rich.markup import escape
@@ -140,7 +149,7 @@ def print_tool_blocks(specs: list, detail: bool = False) -> None:
         return
     for s in specs:
         # soft wrap: a long line is left to the terminal, so no continuation line starts at column 0
-        console.print(f"[bold]{escape(s.name)}[/] [dim]v{s.version}[/] — {escape(s.description)}", soft_wrap=True)
+        console.print(f"[bold]{escape(s.name)}[/] [dim]v{s.version}[/] — {escape(plain(s.description))}", soft_wrap=True)
         console.print("  in:  " + escape(", ".join(f"{p.name}: {p.kind.value}{'' if p.required else '?'}"
                                                    for p in s.inputs)), soft_wrap=True)
         console.print("  out: " + escape(", ".join(f"{p.name}: {p.kind.value}" for p in s.outputs)), soft_wrap=True)
@@ -164,14 +173,14 @@ def print_tool(s) -> None:
             console.print(escape(line), soft_wrap=True, highlight=False)
 
     say(f"{s.name} v{s.version}")
-    say(s.description, "  ")
+    say(plain(s.description), "  ")
     say("inputs: " + ", ".join(f"{p.name} ({p.kind.value}{'' if p.required else ', optional'})" for p in s.inputs),
         "  ")
     say("outputs: " + ", ".join(f"{p.name} ({p.kind.value})" for p in s.outputs), "  ")
     props = s.params_schema.get("properties", {})
     say("params:" if props else "params: none", "  ")
     for k, v in props.items():
-        say(param_line(k, v) + (f": {v['description']}" if v.get("description") else ""), "    ")
+        say(param_line(k, v) + (f": {plain(v['description'])}" if v.get("description") else ""), "    ")
     say(f"resources: cpu={s.resources.num_cpus:g} gpu={s.resources.num_gpus:g} mem={s.resources.memory_mb}MB; "
         f"GPU path: {s.gpu}; milestone: {s.milestone or '-'}", "  ")
     console.print(f"  set a param: --set {escape(s.name)}.PARAM=VALUE", highlight=False)
@@ -185,7 +194,7 @@ def print_tool_table(specs: list) -> None:
     for col in ("inputs", "outputs", "params (default, bounds)", "resources", "gpu", "milestone"):
         t.add_column(col)
     for s in specs:
-        t.add_row(f"{escape(s.name)}\n[dim]{escape(s.description)}[/]",
+        t.add_row(f"{escape(s.name)}\n[dim]{escape(plain(s.description))}[/]",
                   escape("\n".join(f"{p.name}: {p.kind.value}{'' if p.required else '?'}" for p in s.inputs)),
                   escape("\n".join(f"{p.name}: {p.kind.value}" for p in s.outputs)),
                   escape("\n".join(param_line(k, v) for k, v in s.params_schema.get("properties", {}).items())),

@@ -16,7 +16,7 @@ from bcer.cli import app
 runner = CliRunner()
 COMMANDS = [("tasks",), ("tools",), ("plan",), ("run",), ("cohort",), ("bench",), ("demo",), ("report",),
             ("trace",), ("data", "synth"), ("memory", "stats"), ("memory", "add"), ("memory", "search"),
-            ("memory", "export")]
+            ("memory", "export"), ("data", "inspect")]
 TYPE_NAMES = re.compile(r"<(str|int|float|bool|path|Path|list\[[^>]*\]|int range|float range)>")
 
 
@@ -38,6 +38,10 @@ def test_version_and_short_help_everywhere():
         assert code == 0 and "Usage: " in out, cmd
         assert not TYPE_NAMES.search(out), (cmd, TYPE_NAMES.search(out).group(0))
         assert "``" not in out and ":class:" not in out, cmd  # no reST markup
+        usage = next(ln for ln in out.splitlines() if ln.startswith("Usage: "))
+        assert "{" not in usage and "}" not in usage, (cmd, usage)  # arguments by name, no placeholders
+    code, out = invoke("tools")
+    assert code == 0 and "`" not in out  # tool descriptions from docstrings, without their reST literals
 
 
 def test_help_lists_the_choices_and_one_name_per_concept():
