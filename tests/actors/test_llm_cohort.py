@@ -111,3 +111,24 @@ def test_llm_cohort_is_recorded_and_replayed_bit_for_bit(ray_local, httpserver, 
         assert calls[0].data["backend"] == "replay" and calls[0].data["accepted"] is True
     table = again.events.to_pylist()
     assert any(r["kind"] == "plan_accepted" and json.loads(r["data"])["model"] == "fake-model" for r in table)
+
+
+def test_cohort_with_a_dead_server_ends_with_typed_rejections(ray_local, tmp_path) -> None:
+    """Nothing listens at the planner's address: every case is rejected with a typed error after
+    bounded retries, each attempt is an ``llm_call`` event, and the cohort returns (never hangs)."""
+    import socket
+
+    from bcer.bench.cases import synth_task_cases
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # a port that was free a moment ago: connections are refused
+    cases = synth_task_cases("brain_report", 2, tmp_path / "data", "small", seed=3)
+    result = bcer.Study(cases, out=tmp_path / "out", task="brain_report", planner="llm",
+                        llm=f"http://127.0.0.1:{port}/v1", max_in_flight=2).run()
+    assert [r["status"] for r in result.rows] == ["rejected", "rejected"]
+    assert all(r["error_code"] == "resource" and "cannot reach" in r["error_message"] for r in result.rows)
+    calls = [e for e in result.events.to_pylist() if e["kind"] == "llm_call"]
+    assert {e["case"] for e in calls} == {c.id for c in cases}
+    assert all(json.loads(e["data"])["accepted"] is False for e in calls)
