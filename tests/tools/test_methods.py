@@ -106,3 +106,26 @@ def test_report_header_names_case_series_methods_and_the_research_use_line() -> 
     mine = MethodCard(name="site_net", version="1", kind="network", validated_on_real=True, weights_sha256="ab" * 32)
     s2, rep2 = _chain(mine)
     assert s2["header"]["disclaimer"] is None and DISCLAIMER not in rep2.text
+
+
+def test_flags_reach_the_report_header_and_the_case_page() -> None:
+    from bcer.contracts.artifacts import Table
+    from bcer.pages.case import _methods
+    from bcer.pages.html import markdown
+    from bcer.tools.reporting.header import header_lines, header_of
+
+    seg = MethodCard(name="cardiac_unet2d", version="0.3.0", kind="network", default=True, validated_on_real=False)
+    flags = {"near_tie": {"flagged": True, "detail": "ES frame 7 vs runner-up 8"},
+             "low_confidence": {"flagged": False, "detail": "self-consistency 0.9 >= threshold 0.67"}}
+    t = Table([{"x": 1.0}], meta={"lineage": {"case": "c9", "nodes": {
+        "seg": {"tool": "seg.cardiac", "version": "2.7", "method": seg.model_dump(), "reads": {"cine": "series CINE"},
+                "flags": flags}}}})
+    lines = "\n".join(header_lines(header_of([t])))
+    assert "- Flag: near tie at node `seg`: ES frame 7 vs runner-up 8" in lines and "low confidence" not in lines
+    prov = {"deliverables": {"labels": {"chain": [{"node": "seg", "tool": "seg.cardiac", "version": "2.7",
+                                                   "method": seg.model_dump(), "flags": flags}]}}}
+    page = _methods(prov)
+    assert DISCLAIMER in page and '<span class="bad">near tie</span>' in page and "not low confidence" in page
+    html = markdown("A 5 mL[^1] volume.\n" + METADATA_OPEN + "\n[^1]: `seg.labels.volume_ml`\n", lambda n: f"#node-{n}")
+    assert '<a class="ev" href="#fn-1">1</a>' in html and 'id="fn-1"' in html and 'href="#node-seg"' in html
+    assert "bcer:metadata" not in html
