@@ -116,12 +116,13 @@ def test_flags_reach_the_report_header_and_the_case_page() -> None:
 
     seg = MethodCard(name="cardiac_unet2d", version="0.3.0", kind="network", default=True, validated_on_real=False)
     flags = {"near_tie": {"flagged": True, "detail": "ES frame 7 vs runner-up 8"},
-             "low_confidence": {"flagged": False, "detail": "self-consistency 0.9 >= threshold 0.67"}}
+             "low_confidence": {"flagged": False, "detail": "self-consistency 0.9 >= threshold 0.67", "score": 0.9}}
     t = Table([{"x": 1.0}], meta={"lineage": {"case": "c9", "nodes": {
         "seg": {"tool": "seg.cardiac", "version": "2.7", "method": seg.model_dump(), "reads": {"cine": "series CINE"},
                 "flags": flags}}}})
     lines = "\n".join(header_lines(header_of([t])))
-    assert "- Flag: near tie at node `seg`: ES frame 7 vs runner-up 8" in lines and "low confidence" not in lines
+    assert "- Confidence at node `seg`: self-consistency 0.9 >= threshold 0.67" in lines  # a score is always shown
+    assert "- Flag: near tie at node `seg`: ES frame 7 vs runner-up 8" in lines and "Flag: low confidence" not in lines
     prov = {"deliverables": {"labels": {"chain": [{"node": "seg", "tool": "seg.cardiac", "version": "2.7",
                                                    "method": seg.model_dump(), "flags": flags}]}}}
     page = _methods(prov)

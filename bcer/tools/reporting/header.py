@@ -58,10 +58,15 @@ def _nodes(artifacts: list[Any]) -> tuple[str | None, dict[str, Any]]:
 
 
 def _flag_lines(node: str, flags: dict[str, Any]) -> list[str]:
+    """A raised flag as ``Flag: ...``; a confidence score (a flag with ``score``) always, raised or not."""
     out = []
     for name, f in flags.items():
-        if isinstance(f, dict) and f.get("flagged"):
-            out.append(f"{name.replace('_', ' ')} at node `{node}`: {f.get('detail', '')}".rstrip(": "))
+        if not isinstance(f, dict):
+            continue
+        if f.get("flagged"):
+            out.append(f"Flag: {name.replace('_', ' ')} at node `{node}`: {f.get('detail', '')}".rstrip(": "))
+        elif "score" in f:
+            out.append(f"Confidence at node `{node}`: {f.get('detail', '')}")
     return out
 
 
@@ -103,8 +108,7 @@ def header_lines(h: dict[str, Any]) -> list[str]:
             reads = _reads_text(m["reads"])
             lines.append(f"  - `{m['node']}` (`{m['tool']} {m['version']}`): `{m['method']}`"
                          + (f"; reads {reads}" if reads else ""))
-    for f in h["flags"]:
-        lines.append(f"- Flag: {f}")
+    lines += [f"- {f}" for f in h["flags"]]
     lines.append(f"- bcer `{h['bcer_version']}`, report made `{h['created']}`")
     return lines + [METADATA_CLOSE]
 
