@@ -184,7 +184,15 @@ def _outcome_row(case: Case, cfg: CohortConfig, outcome: Any, revisions: int, t0
             "planner": cfg.planner.name, "cache_hits": outcome.cache_hits,
             "deliverables": {k: str(Path(v).relative_to(cfg.out)) if Path(v).is_absolute() else str(v)
                              for k, v in outcome.deliverables.items()},
-            "measurements": outcome.measurements, "measurement_rows": outcome.measurement_rows}
+            "measurements": outcome.measurements, "measurement_rows": outcome.measurement_rows,
+            "low_confidence": _low_confidence(outcome.measurement_rows)}
+
+
+def _low_confidence(records: list[dict[str, Any]]) -> bool | None:
+    """True when a segmentation of the case flagged itself (its confidence score below its
+    stated threshold), False when every scored one passed, None when none was scored."""
+    flags = [r["value"] for r in records if r.get("measure") == "low_confidence" and r.get("value") is not None]
+    return bool(max(flags)) if flags else None
 
 
 def _resumed_row(case: Case, cfg: CohortConfig) -> dict[str, Any] | None:

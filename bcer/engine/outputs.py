@@ -141,6 +141,13 @@ def measurement_records(name: str, artifact: Any) -> list[dict[str, Any]]:
             recs += [_record(name, f.id, i, col, v, "") for col, v in
                      (("label", f.label), ("side", f.side), ("zone", f.zone)) if v]
             recs += [_record(name, f.id, i, k, v, "") for k, v in f.attributes.items()]
+    elif kind == ArtifactKind.mask:
+        conf = (getattr(artifact, "meta", None) or {}).get("confidence")
+        if isinstance(conf, dict):  # the segmenter's self-consistency (tools/seg/confidence.py)
+            recs += [_record(name, None, None, "confidence_score", conf.get("score"), ""),
+                     _record(name, None, None, "confidence_threshold", conf.get("threshold"), ""),
+                     _record(name, None, None, "low_confidence", bool(conf.get("low_confidence")), ""),
+                     _record(name, None, None, "confidence_method", conf.get("method"), "")]
     elif kind == ArtifactKind.value and isinstance(artifact, (int, float, str, bool)):
         recs.append(_record(name, None, None, "value", artifact, ""))
     elif kind == ArtifactKind.report and isinstance(artifact.meta.get("r4"), dict):  # the critic's verdict

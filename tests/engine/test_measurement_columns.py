@@ -67,3 +67,21 @@ def test_columns_name_their_compartment_in_every_row(ray_local, tmp_path):
     assert all(vols[k][0] == pytest.approx(want[k]) and vols[k][1] == "mL" for k in want)
     # the in-memory result carries the same long table
     assert result.measurements.num_rows == long.num_rows
+
+
+def test_a_mask_s_confidence_reaches_the_row():
+    from bcer.contracts import Mask
+    from bcer.engine.cohort import _low_confidence
+    from bcer.engine.outputs import case_records, measurement_records, wide_measurements
+
+    conf = {"score": 0.62, "threshold": 0.671, "low_confidence": True, "method": "network vs classical"}
+    mask = Mask(np.ones((2, 2, 2), np.int16), np.eye(4), {"confidence": conf}, labels={1: "lv"})
+    recs = measurement_records("labels", mask)
+    wide = wide_measurements(recs)
+    assert wide["labels.confidence_score"] == pytest.approx(0.62) and wide["labels.low_confidence"] is True
+    rows = case_records({"labels": {"records": recs}})
+    assert _low_confidence(rows) is True
+    conf_ok = dict(conf, score=0.9, low_confidence=False)
+    ok = case_records({"labels": {"records": measurement_records("labels", Mask(mask.data, np.eye(4),
+                                                                                 {"confidence": conf_ok}))}})
+    assert _low_confidence(ok) is False and _low_confidence([]) is None
