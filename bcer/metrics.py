@@ -26,6 +26,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .contracts.errors import ErrorCode, ToolError
+
 __all__ = ["box_iou", "box_volume", "dice", "frame_match", "nrmse", "nrmse_scaled", "object_mask", "psnr", "wilson_interval"]
 
 
@@ -39,7 +41,8 @@ def dice(a: np.ndarray, b: np.ndarray) -> float:
     """
     a, b = np.asarray(a, bool), np.asarray(b, bool)
     if a.shape != b.shape:
-        raise ValueError(f"dice: shapes differ, {a.shape} vs {b.shape}")
+        raise ToolError(ErrorCode.shape, f"dice: the masks' shapes differ, {a.shape} vs {b.shape}",
+                        hint="resample one mask onto the other's grid first")
     total = int(a.sum()) + int(b.sum())
     return 1.0 if total == 0 else 2.0 * float(np.logical_and(a, b).sum()) / total
 
@@ -77,7 +80,8 @@ def wilson_interval(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     if n <= 0:
         return 0.0, 1.0
     if not 0 <= k <= n:
-        raise ValueError(f"wilson_interval: k={k} is outside 0..n={n}")
+        raise ToolError(ErrorCode.value_range, f"wilson_interval: k={k} is outside 0..n={n}",
+                        hint="k counts successes among n trials: 0 <= k <= n", arg="k")
     p, z2 = k / n, z * z
     centre = (p + z2 / (2 * n)) / (1 + z2 / n)
     half = z * np.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
@@ -93,7 +97,8 @@ def nrmse(x: np.ndarray, ref: np.ndarray) -> float:
     dtype = np.complex128 if np.iscomplexobj(x) or np.iscomplexobj(ref) else np.float64
     x, ref = x.astype(dtype, copy=False), ref.astype(dtype, copy=False)
     if x.shape != ref.shape:
-        raise ValueError(f"nrmse: shapes differ, {x.shape} vs {ref.shape}")
+        raise ToolError(ErrorCode.shape, f"nrmse: shapes differ, {x.shape} vs {ref.shape}",
+                        hint="compare images on the same grid")
     return float(np.sqrt(np.mean(np.abs(x - ref) ** 2)) / (np.sqrt(np.mean(np.abs(ref) ** 2)) or 1.0))
 
 
@@ -120,7 +125,8 @@ def nrmse_scaled(recon: np.ndarray, truth: np.ndarray, mask: np.ndarray | None =
     x = np.abs(np.asarray(recon, dtype=np.float64))
     y = np.abs(np.asarray(truth, dtype=np.float64))
     if x.shape != y.shape:
-        raise ValueError(f"recon shape {x.shape} != truth shape {y.shape}")
+        raise ToolError(ErrorCode.shape, f"recon shape {x.shape} != truth shape {y.shape}",
+                        hint="crop both to the recon matrix (KSpace.recon_crop) first")
     m = object_mask(y, threshold) if mask is None else np.asarray(mask, dtype=bool)
     x, y = x[m], y[m]
     denom = float(np.dot(x, x))

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from bcer import metrics
+from bcer.contracts.errors import ErrorCode, ToolError
 
 
 def test_dice_values_and_empty_convention():
@@ -16,8 +17,9 @@ def test_dice_values_and_empty_convention():
     assert metrics.dice(a, a) == 1.0
     assert metrics.dice(np.zeros(5), np.zeros(5)) == 1.0  # both empty: perfect agreement
     assert metrics.dice(a, np.zeros_like(a)) == 0.0
-    with pytest.raises(ValueError):
+    with pytest.raises(ToolError) as e:
         metrics.dice(a, a[:2])
+    assert e.value.code is ErrorCode.shape
 
 
 def test_box_iou_and_volume():
@@ -63,5 +65,6 @@ def test_wilson_interval_known_values():
     assert wilson_interval(0, 0) == (0.0, 1.0)
     lo, hi = wilson_interval(10, 10)
     assert hi == pytest.approx(1.0) and 0.72 < lo < 0.73  # 10/10 still leaves room below 0.9
-    with pytest.raises(ValueError):
+    with pytest.raises(ToolError) as e:
         wilson_interval(5, 4)
+    assert e.value.code is ErrorCode.value_range
