@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .artifacts import ArtifactKind
+from .sequences import canonical_sequence
 
 
 class SequenceRef(BaseModel):
@@ -39,3 +40,17 @@ class Case(BaseModel):
     @property
     def root_path(self) -> Path:
         return Path(self.root)
+
+    def sequence_key(self, name: str) -> str | None:
+        """The key of ``sequences`` that the sequence ``name`` means, or None.
+
+        An exact key wins; otherwise both sides go through the one alias table
+        (:func:`bcer.contracts.sequences.canonical_sequence`), so ``t1ce`` finds ``T1c``.
+
+        >>> Case(id="c", root=".", sequences={"T1c": SequenceRef(path="a.nii")}).sequence_key("t1ce")
+        'T1c'
+        """
+        if name in self.sequences:
+            return name
+        want = canonical_sequence(name) or name
+        return next((k for k in self.sequences if (canonical_sequence(k) or k) == want), None)

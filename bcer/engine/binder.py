@@ -13,7 +13,7 @@ from ..contracts.case import Case, SequenceRef
 from ..contracts.errors import ErrorCode, ToolError
 from ..contracts.workflow import Node, Workflow
 from .placement import Placement, place  # re-exported: placement is decided in engine.placement
-from .tokens import RUNTIME_KEYS, is_token, normalise_seq, parse_token
+from .tokens import RUNTIME_KEYS, is_token, parse_token
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +60,7 @@ def resolve_params(value: Any, case: Case, runtime: dict[str, Any], where: str =
 
 def sequence_key(case: Case, name: str) -> str | None:
     """The key of ``case.sequences`` that a ``@seq.<name>`` token means (through the alias table)."""
-    if name in case.sequences:
-        return name
-    want = normalise_seq(name) or name
-    return next((k for k in case.sequences if (normalise_seq(k) or k) == want), None)
+    return case.sequence_key(name)
 
 
 def resolved_ref(case: Case, key: str) -> SequenceRef:
