@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..contracts import Case, TaskContract, load_contract
+from ..contracts.errors import ErrorCode, ToolError
 from ..tools.io import write_json
 from . import faults as F
 from . import hangs as H
@@ -370,10 +371,14 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     faults = reports[0]["config"]["faults"]
     for r in reports[1:]:
         if r["config"]["arms"] != arms or r["config"]["faults"] != faults:
-            raise ValueError("merge needs the same arms and faults in every report")
+            raise ToolError(ErrorCode.schema, f"cannot merge: arms {r['config']['arms']} and faults "
+                            f"{r['config']['faults']} differ from the first report's {arms} and {faults}",
+                            hint="merge only reports run with the same --arms and --faults")
     tasks = [t for r in reports for t in r["config"]["tasks"]]
     if len(set(tasks)) != len(tasks):
-        raise ValueError(f"tasks measured twice: {sorted(t for t in set(tasks) if tasks.count(t) > 1)}")
+        raise ToolError(ErrorCode.schema,
+                        f"cannot merge: tasks measured twice: {sorted(t for t in set(tasks) if tasks.count(t) > 1)}",
+                        hint="merge reports over disjoint task sets")
     order = {a: i for i, a in enumerate(arms)}
     rows = sorted((row for r in reports for row in r["rows"]),
                   key=lambda x: (order[x["arm"]], x["task"], x["fault"], x["case"]))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..contracts import Case, ErrorCode, TaskContract, ToolError
+from ..contracts.errors import did_you_mean
 from ..engine.trace import TraceWriter
 from .react import ArmOutcome, Memo, ReActConfig, ScriptedReAct
 
@@ -39,13 +40,14 @@ ARM_DOCS: dict[str, str] = {
 
 
 def resolve_arms(arms: str | list[str] | tuple[str, ...]) -> list[str]:
-    """``"all"``, ``"a,b"`` or a list -> arm names, checked (ValueError naming an unknown one)."""
+    """``"all"``, ``"a,b"`` or a list -> arm names, checked (a ``value_range`` ToolError naming an unknown one)."""
     if isinstance(arms, str):
         arms = list(ARMS) if arms.strip() == "all" else [a.strip() for a in arms.split(",") if a.strip()]
     out = list(dict.fromkeys(arms))
     bad = [a for a in out if a not in ARMS]
     if bad or not out:
-        raise ValueError(f"unknown arm {bad[0] if bad else ''!r}; known: {list(ARMS)}")
+        raise ToolError(ErrorCode.value_range, f"unknown arm {bad[0] if bad else ''!r}",
+                        hint=did_you_mean(bad[0] if bad else "", ARMS), arg="arms")
     return out
 
 

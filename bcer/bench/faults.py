@@ -58,6 +58,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..contracts import Case, PlanSketch, TaskContract
+from ..contracts.errors import ErrorCode, ToolError, did_you_mean
 from ..contracts.sequences import canonical_sequence
 
 
@@ -127,14 +128,15 @@ def resolve_faults(faults: str | list[str] | tuple[str, ...]) -> list[str]:
     """``"all"``, ``"a,b"`` or a list -> fault type names, checked.
 
     Raises:
-        ValueError: naming an unknown fault type.
+        ToolError: ``value_range``, naming an unknown fault type.
     """
     if isinstance(faults, str):
         faults = list(FAULT_TYPES) if faults.strip() == "all" else [f.strip() for f in faults.split(",") if f.strip()]
     out = list(dict.fromkeys(faults))
     bad = [f for f in out if f not in CATALOGUE]
     if bad or not out:
-        raise ValueError(f"unknown fault type {bad[0] if bad else ''!r}; known: {list(FAULT_TYPES)}")
+        raise ToolError(ErrorCode.value_range, f"unknown fault type {bad[0] if bad else ''!r}",
+                        hint=did_you_mean(bad[0] if bad else "", FAULT_TYPES), arg="faults")
     return out
 
 
@@ -387,6 +389,7 @@ class FaultyPlanner:
 
     def __init__(self, inner: Any, fault_type: str, seed: int = 0, registry: Any = None, rng_key: str | None = None):
         if CATALOGUE[fault_type].layer != PLAN:
+            # a programming error: callers pick the wrapper by the fault's layer
             raise ValueError(f"{fault_type} is not a plan fault")
         self.inner, self.fault_type, self.seed, self.registry = inner, fault_type, seed, registry
         self.rng_key = rng_key  # draw as for this case id (the same fault in every arm's copy of a case)
@@ -535,6 +538,7 @@ def corrupt_case(fault_type: str, case: Case, contract: TaskContract | None, con
         fault.after = str(target)
         fault.detail = f"{key} is a symlink to {'case ' + other.id if other is not case else 'a file'} outside the case"
     else:
+        # a programming error: callers pick this function by the fault's layer
         raise ValueError(f"{fault_type} is not a data fault")
     return copy, fault
 

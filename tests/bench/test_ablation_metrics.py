@@ -7,7 +7,7 @@ import pytest
 
 from bcer.bench.ablation import CLEAN, cell_metrics, score_row, summarise
 from bcer.bench.compare import plan_only_difference, same_json, same_nifti, wrong_deliverables
-from bcer.contracts import Image, Mask, load_contract
+from bcer.contracts import ErrorCode, Image, Mask, ToolError, load_contract
 from bcer.contracts.case import Case
 from bcer.tools.io import write_json, write_nifti
 
@@ -135,5 +135,6 @@ def test_merge_reports_recomputes_the_summaries_from_rows():
     merged = merge_reports([part("a", False), part("b", True)])
     assert merged["config"]["tasks"] == ["a", "b"] and len(merged["config"]["parts"]) == 2
     assert merged["by_arm"]["bcer"]["recoverable_injected"] == 2 and merged["by_arm"]["bcer"]["wrong_deliverables"] == 1
-    with pytest.raises(ValueError):
+    with pytest.raises(ToolError) as e:
         merge_reports([part("a", False), part("a", True)])
+    assert e.value.code is ErrorCode.schema

@@ -125,8 +125,9 @@ def test_hang_switch_hangs_exactly_once(tmp_path):
 def test_resolve_and_typo():
     assert F.resolve_faults("all") == list(F.FAULT_TYPES) and len(F.FAULT_TYPES) == 8
     assert F.resolve_faults("timeout,semantic_swap") == ["timeout", "semantic_swap"]
-    with pytest.raises(ValueError):
+    with pytest.raises(ToolError) as e:
         F.resolve_faults("bit_flip")
+    assert e.value.code is ErrorCode.value_range
     import random
 
     assert F.typo("labels", random.Random(3)) == F.typo("labels", random.Random(3)) != "labels"
