@@ -159,7 +159,7 @@ def admit_case(case: Case, contract: TaskContract | None) -> None:
     have = {canonical_sequence(s) or s for s in case.sequences}
     for seq in contract.inputs:
         options = [seq] + contract.input_alternatives.get(seq, [])
-        if not any((canonical_sequence(o) or o) in have for o in options):
+        if not any(case.sequence_key(o) is not None for o in options):
             raise ToolError(ErrorCode.input_missing, f"task {contract.id!r} needs sequence "
                             f"{' or '.join(options)}; case has {sorted(have)}", case=case.id)
 

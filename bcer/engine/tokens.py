@@ -4,6 +4,15 @@ Kept so existing imports (``from bcer.engine.tokens import parse_token``) keep w
 """
 from __future__ import annotations
 
-from ..contracts.tokens import RUNTIME_KEYS, SCOPES, Scope, Token, find_tokens, is_token, normalise_seq, parse_token
+from ..contracts.tokens import (
+    RUNTIME_KEYS,
+    SCOPES,
+    Scope,
+    Token,
+    find_tokens,
+    is_token,
+    normalise_seq,
+    parse_token,
+)
 
 __all__ = ["RUNTIME_KEYS", "SCOPES", "Scope", "Token", "find_tokens", "is_token", "normalise_seq", "parse_token"]

@@ -14,7 +14,6 @@ from typing import Any, Callable
 import numpy as np
 
 from ..contracts.case import Case
-from ..contracts.sequences import canonical_sequence
 from ..contracts.task import DeliverableSpec, TaskContract, Validator
 
 log = logging.getLogger(__name__)
@@ -42,7 +41,7 @@ def _nifti_nonempty(path: Path, v: Validator, case: Case) -> Check:
 
 
 def _sequence_affine(case: Case, name: str) -> np.ndarray:
-    key = next((k for k in case.sequences if k == name or canonical_sequence(k) == canonical_sequence(name)), None)
+    key = case.sequence_key(name)
     if key is None:
         raise KeyError(f"case has no sequence {name!r}; has {sorted(case.sequences)}")
     ref = case.sequences[key]
@@ -57,8 +56,7 @@ def _sequence_affine(case: Case, name: str) -> np.ndarray:
 
 def _affine_matches_input(path: Path, v: Validator, case: Case) -> Check:
     names = [str(a) for a in v.arg] if isinstance(v.arg, list) else [str(v.arg)]
-    have = {canonical_sequence(k) or k for k in case.sequences}
-    name = next((n for n in names if (canonical_sequence(n) or n) in have), names[0])
+    name = next((n for n in names if case.sequence_key(n) is not None), names[0])
     want = _sequence_affine(case, name)
     got = np.asarray(_nifti(path).affine)
     if np.allclose(got, want, atol=1e-3):

@@ -21,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ...contracts.case import Case
 from ...contracts.errors import ErrorCode, ToolError
-from ...contracts.sequences import canonical_sequence
 from ...contracts.task import PlausibilityCheck, TaskContract
 
 log = logging.getLogger(__name__)
@@ -74,7 +73,8 @@ def check(name: str, params: type[BaseModel] = NoParams) -> Callable:
     """Register a check under ``name``; its params model's defaults are its limits."""
     def deco(fn: Callable[["Inputs", Any], Verdict]) -> Callable:
         if name in CHECKS:
-            raise ValueError(f"plausibility check {name!r} registered twice")
+            raise ToolError(ErrorCode.schema, f"plausibility check {name!r} registered twice",
+                            hint="give one of the two checks another name")
         CHECKS[name] = CheckDef(name, fn, params)
         return fn
     return deco
@@ -167,12 +167,8 @@ class Inputs:
 
 
 def find_sequence(case: Case, names: list[str]) -> str | None:
-    for name in names:
-        want = canonical_sequence(name) or name
-        for key in case.sequences:
-            if key == name or (canonical_sequence(key) or key) == want:
-                return key
-    return None
+    """The case's key for the first of ``names`` it has (:meth:`Case.sequence_key`), or None."""
+    return next((key for name in names if (key := case.sequence_key(name)) is not None), None)
 
 
 def _read_nifti(path: Path) -> Volume:
