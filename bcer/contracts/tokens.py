@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from dataclasses import field as dc_field
 from typing import Any, Literal
 
 from .errors import ErrorCode, ToolError, did_you_mean
@@ -40,7 +41,8 @@ class Token:
     scope: Scope
     name: str
     path: tuple[str, ...] = ()
-    raw: str = ""
+    # the text it was read from; not compared, so a built token equals the parsed one
+    raw: str = dc_field(default="", compare=False)
 
     @property
     def field(self) -> str | None:
@@ -49,6 +51,7 @@ class Token:
 
     def __str__(self) -> str:
         return self.raw or "@" + ".".join((self.scope, self.name, *self.path))
+
 
     @classmethod
     def parse(cls, text: Any) -> Token:
@@ -76,9 +79,24 @@ class Token:
         return cls._build("runtime", key)
 
     @classmethod
+    def try_parse(cls, value: Any) -> Token | None:
+        """The token ``value`` spells, or None for anything else (non-strings, literals, bad form).
+
+        For code that sorts a plan's values into tokens and literals after the compiler has
+        checked them; use :meth:`parse` where a bad reference must fail loudly.
+        """
+        if not is_token(value):
+            return None
+        try:
+            return parse_token(value)
+        except ToolError:
+            return None
+
+    @classmethod
     def _build(cls, scope: str, name: str, *path: str) -> Token:
-        # built through the parser so a builder can never make a token the parser rejects
-        return parse_token("@" + ".".join((scope, name, *path)))
+        # The form is not checked here: builders list what a case or plan offers (a sequence
+        # key need not be a valid name), and the compiler parses every token a plan uses.
+        return cls(scope=scope, name=name, path=tuple(path))  # type: ignore[arg-type]
 
 
 def is_token(value: Any) -> bool:

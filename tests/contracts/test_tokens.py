@@ -37,12 +37,20 @@ def test_bad_text_names_the_text(text):
     assert repr(text) in str(err.value)
 
 
-@pytest.mark.parametrize("build, args", [(Token.seq, ("T 1",)), (Token.node, ("a", "")),
-                                         (Token.case, ("1x",)), (Token.runtime, ("a.b",))])
-def test_builders_reject_what_the_parser_rejects(build, args):
+@pytest.mark.parametrize("build, args, text", [(Token.seq, ("T 1",), "@seq.T 1"), (Token.node, ("a", ""), "@node.a."),
+                                               (Token.case, ("1x",), "@case.1x"), (Token.runtime, ("a.b",), "@runtime.a.b")])
+def test_builders_keep_the_text_and_the_parser_rejects_bad_names(build, args, text):
+    # builders list what a case offers (keys need not be valid names); the compiler parses
+    assert str(build(*args)) == text
     with pytest.raises(ToolError) as err:
-        build(*args)
+        Token.parse(str(build(*args)))
     assert err.value.code == ErrorCode.bad_reference
+
+
+@pytest.mark.parametrize("value, want", [("@seq.T1", Token.seq("T1")), ("@node.a.mask", Token.node("a", "mask")),
+                                         ("@node.a", None), ("@bogus.x", None), ("T1", None), (3, None), (None, None)])
+def test_try_parse(value, want):
+    assert Token.try_parse(value) == want
 
 
 def test_non_string_is_schema_error():
