@@ -152,8 +152,7 @@ def _split_args(ctx: _Ctx, step_id: str, spec: ToolSpec, args: Mapping[str, Any]
 
 def _check_seq(ctx: _Ctx, step_id: str, port: Port, tok: Token) -> str | None:
     """Rule 3 for ``@seq``: the (alias-normalised) sequence exists with the port's kind."""
-    canon = normalise_seq(tok.name) or tok.name
-    key = next((k for k in ctx.case.sequences if k == tok.name or (normalise_seq(k) or k) == canon), None)
+    key = ctx.case.sequence_key(tok.name)
     if key is None:
         ctx.error(ErrorCode.bad_reference, f"step {step_id!r}: case {ctx.case.id!r} has no sequence "
                   f"{tok.name!r}", did_you_mean(tok.name, ctx.case.sequences), step=step_id, arg=port.name,
@@ -161,7 +160,7 @@ def _check_seq(ctx: _Ctx, step_id: str, port: Port, tok: Token) -> str | None:
         return None
     kind = ctx.case.sequences[key].kind
     if kind != port.kind:
-        same = [f"@seq.{k}" for k, s in ctx.case.sequences.items() if s.kind == port.kind]
+        same = [str(Token.seq(k)) for k, s in ctx.case.sequences.items() if s.kind == port.kind]
         ctx.error(ErrorCode.schema, f"step {step_id!r}: input {port.name!r} expects {port.kind.value}, "
                   f"but @seq.{key} is {kind.value}", f"sequences of kind {port.kind.value}: {same}",
                   step=step_id, arg=port.name, token=tok.raw)
@@ -170,10 +169,10 @@ def _check_seq(ctx: _Ctx, step_id: str, port: Port, tok: Token) -> str | None:
     if wrong:
         message, want = wrong
         ctx.error(ErrorCode.schema, f"step {step_id!r}: {message}",
-                  f"bind {' or '.join(f'@seq.{k}' for k in want)}" if want else "", step=step_id,
+                  f"bind {' or '.join(str(Token.seq(k)) for k in want)}" if want else "", step=step_id,
                   arg=port.name, token=tok.raw)
         return None
-    return f"@seq.{key}"
+    return str(Token.seq(key))
 
 
 def _canon(name: str) -> str:
@@ -230,7 +229,7 @@ def _check_node_ref(ctx: _Ctx, step_id: str, port: Port, tok: Token) -> str | No
                   step=step_id, arg=port.name, token=tok.raw)
         return None
     if out.kind != port.kind:
-        same = [f"@node.{tok.name}.{p.name}" for p in spec.outputs if p.kind == port.kind]
+        same = [str(Token.node(tok.name, p.name)) for p in spec.outputs if p.kind == port.kind]
         ctx.error(ErrorCode.schema, f"step {step_id!r}: input {port.name!r} expects {port.kind.value}, "
                   f"but {tok.raw} is {out.kind.value}", f"outputs of kind {port.kind.value}: {same}",
                   step=step_id, arg=port.name, token=tok.raw)
@@ -370,10 +369,10 @@ def _draft(ctx: _Ctx, step_id: str, spec: ToolSpec, args: Mapping[str, Any], ste
 def _candidates(ctx: _Ctx, step_id: str, port: Port, drafts: Mapping[str, _Draft], graph: nx.DiGraph) -> list[str]:
     """Every producer of ``port.kind`` that could feed ``step_id`` without a cycle."""
     below = nx.descendants(graph, step_id) | {step_id}
-    found = [f"@seq.{k}" for k, s in ctx.case.sequences.items() if s.kind == port.kind]
+    found = [str(Token.seq(k)) for k, s in ctx.case.sequences.items() if s.kind == port.kind]
     for sid, d in drafts.items():
         if sid not in below:
-            found += [f"@node.{sid}.{p.name}" for p in d.spec.outputs if p.kind == port.kind]
+            found += [str(Token.node(sid, p.name)) for p in d.spec.outputs if p.kind == port.kind]
     return found
 
 

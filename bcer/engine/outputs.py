@@ -18,6 +18,7 @@ import numpy as np
 
 from ..contracts.artifacts import ArtifactKind, kind_of
 from ..contracts.errors import ErrorCode, ToolError
+from ..contracts.tokens import Token
 from ..contracts.workflow import Workflow
 from ..tools.io import artifact_to_dict, atomic_write_bytes, to_jsonable, write_json, write_nifti, write_table_csv
 from .digest import file_digest
@@ -240,8 +241,8 @@ def build_provenance(workflow: Workflow, records: dict[str, dict[str, Any]],
     out: dict[str, Any] = {}
     for name, d in deliverables.items():
         chain = sorted(_ancestors(ups, d["node"]) | {d["node"]}, key=lambda n: order.get(n, 0))
-        used_seqs = sorted({t.split(".", 2)[1] for n in chain for t in records.get(n, {}).get("inputs", {}).values()
-                            if t.startswith("@seq.")})
+        used_seqs = sorted({tok.name for n in chain for t in records.get(n, {}).get("inputs", {}).values()
+                            if (tok := Token.try_parse(t)) is not None and tok.scope == "seq"})
         out[name] = {
             "node": d["node"], "field": d["field"], "artifact_digest": d.get("artifact_digest"),
             "files": d.get("file_digests") or {str(Path(f).name): file_digest(f) for f in d.get("files", [])

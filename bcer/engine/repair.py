@@ -18,7 +18,7 @@ from ..contracts.repair import Failure, Halt, Patch
 from ..contracts.task import TaskContract
 from ..contracts.workflow import Node, Workflow
 from ..tools.registry import get_tool
-from .tokens import parse_token
+from .tokens import Token, is_token, parse_token
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def available_artifacts(run: Any, failed: str) -> dict[str, str]:
     """token -> ArtifactKind value of everything bindable now: the case's sequences and the
     outputs of nodes that succeeded or are running (their ObjectRefs exist), except the
     failed node and what depends on it (binding those would make a cycle)."""
-    avail = {f"@seq.{k}": ref.kind.value for k, ref in run.case.sequences.items()}
+    avail = {str(Token.seq(k)): ref.kind.value for k, ref in run.case.sequences.items()}
     below = run.descendants(failed) | {failed}
     for n in run.wf.nodes:
         if n.id in below or run.status.get(n.id) not in ("succeeded", "running"):
@@ -86,7 +86,7 @@ def available_artifacts(run: Any, failed: str) -> dict[str, str]:
         for f in n.outputs:
             port = spec.output(f)
             if port is not None:
-                avail[f"@node.{n.id}.{f}"] = port.kind.value
+                avail[str(Token.node(n.id, f))] = port.kind.value
     return avail
 
 
@@ -177,7 +177,7 @@ def apply_patch(workflow: Workflow, node: Node, patch: Any, device_override: dic
 
 def _incoming(node: Node) -> list[tuple[str, str]]:
     """Edges into ``node`` from its ``@node`` bindings and its explicit ``after``."""
-    ups = {parse_token(t).name for t in node.inputs.values() if isinstance(t, str) and t.startswith("@node.")}
+    ups = {parse_token(t).name for t in node.inputs.values() if is_token(t) and parse_token(t).scope == "node"}
     return sorted((u, node.id) for u in ups | set(node.after))
 
 
