@@ -60,6 +60,7 @@ import numpy as np
 from ..contracts import Case, PlanSketch, TaskContract
 from ..contracts.errors import ErrorCode, ToolError, did_you_mean
 from ..contracts.sequences import canonical_sequence
+from ..contracts.tokens import Token, is_token
 
 
 PLAN, DATA, RUNTIME = "plan", "data", "runtime"
@@ -152,14 +153,10 @@ def _specs(registry: Any = None) -> dict[str, Any]:
     return {n: r.spec for n, r in resolve_registry(registry).items()}
 
 
-def _is_token(v: Any) -> bool:
-    return isinstance(v, str) and v.startswith("@")
-
-
-def _seq_key(case: Case, name: str) -> str | None:
-    from ..engine.binder import sequence_key
-
-    return sequence_key(case, name)
+def _seq_token_key(case: Case, value: Any) -> str | None:
+    """The case's sequence key that a ``@seq`` token means; None for anything else."""
+    tok = Token.try_parse(value)
+    return case.sequence_key(tok.name) if tok is not None and tok.scope == "seq" else None
 
 
 def _port_refs(sketch: PlanSketch, specs: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -171,7 +168,7 @@ def _port_refs(sketch: PlanSketch, specs: dict[str, Any]) -> list[tuple[str, str
             continue
         for p in spec.inputs:
             v = s.args.get(p.name)
-            if _is_token(v) and v.split(".")[0] in ("@seq", "@node"):
+            if (tok := Token.try_parse(v)) is not None and tok.scope in ("seq", "node"):
                 out.append((s.id, p.name, v))
     return out
 
@@ -180,10 +177,9 @@ def consumed_sequences(sketch: PlanSketch, case: Case, registry: Any = None) -> 
     """Case sequence keys the plan reads, in order of first use."""
     keys: list[str] = []
     for _, _, tok in _port_refs(sketch, _specs(registry)):
-        if tok.startswith("@seq."):
-            key = _seq_key(case, tok[5:])
-            if key and key not in keys:
-                keys.append(key)
+        key = _seq_token_key(case, tok)
+        if key and key not in keys:
+            keys.append(key)
     return keys
 
 
@@ -192,11 +188,11 @@ def _outputs(sketch: PlanSketch, specs: dict[str, Any]) -> set[tuple[str, str]]:
 
 
 def _resolves(token: str, sketch: PlanSketch, case: Case, specs: dict[str, Any]) -> bool:
-    parts = token[1:].split(".")
-    if parts[0] == "seq":
-        return len(parts) == 2 and _seq_key(case, parts[1]) is not None
-    if parts[0] == "node":
-        return len(parts) >= 3 and (parts[1], parts[2]) in _outputs(sketch, specs)
+    tok = Token.try_parse(token)
+    if tok is not None and tok.scope == "seq":
+        return case.sequence_key(tok.name) is not None
+    if tok is not None and tok.scope == "node":
+        return (tok.name, tok.field) in _outputs(sketch, specs)
     return False
 
 
@@ -221,12 +217,6 @@ def typo(text: str, rng: random.Random) -> str:
     return text[:i] + (new.upper() if c.isupper() else new) + text[i + 1:]
 
 
-def _valid_name(name: str) -> bool:
-    import re
-
-    return re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) is not None
-
-
 # ---- plan faults ----------------------------------------------------------------------------------
 def _token_mutation(sketch: PlanSketch, case: Case, contract: TaskContract | None, rng: random.Random,
                     specs: dict[str, Any]) -> Fault:
@@ -235,11 +225,12 @@ def _token_mutation(sketch: PlanSketch, case: Case, contract: TaskContract | Non
         raise NotApplicable("no step binds a reference")
     for _ in range(50):
         step, port, tok = rng.choice(refs)
-        parts = tok[1:].split(".")
-        idx = 1 if parts[0] == "seq" or rng.random() < 0.5 else 2  # @node: id or field
-        parts[idx] = typo(parts[idx], rng)
-        new = "@" + ".".join(parts)
-        if _valid_name(parts[idx]) and not _resolves(new, sketch, case, specs):
+        t = Token.parse(tok)  # _port_refs keeps well-formed references only
+        if t.scope == "seq" or rng.random() < 0.5:  # @node: id or field
+            new = str(Token(t.scope, typo(t.name, rng), t.path))
+        else:
+            new = str(Token.node(t.name, typo(t.path[0], rng), *t.path[1:]))
+        if Token.try_parse(new) is not None and not _resolves(new, sketch, case, specs):
             return Fault("token_mutation", 0, PLAN, True, step=step, arg=port, before=tok, after=new,
                          detail=f"{step}.{port}: {tok} -> {new}")
     raise NotApplicable("no typo of a reference that resolves to nothing")
@@ -265,12 +256,12 @@ def _path_mutation(sketch: PlanSketch, case: Case, contract: TaskContract | None
                    specs: dict[str, Any]) -> Fault:
     from ..engine.binder import resolved_ref
 
-    refs = [(s, p, t) for s, p, t in _port_refs(sketch, specs) if t.startswith("@seq.") and _seq_key(case, t[5:])]
+    refs = [(s, p, t) for s, p, t in _port_refs(sketch, specs) if _seq_token_key(case, t)]
     if not refs:
         raise NotApplicable("no step reads a case file")
     for _ in range(50):
         step, port, tok = rng.choice(refs)
-        real = resolved_ref(case, _seq_key(case, tok[5:])).path
+        real = resolved_ref(case, _seq_token_key(case, tok)).path
         new = _mutate_path(real, rng)
         if new != real and not os.path.exists(new):
             return Fault("path_mutation", 0, PLAN, True, step=step, arg=port, before=tok, after=new,
@@ -317,7 +308,7 @@ def _semantic_swap(sketch: PlanSketch, case: Case, contract: TaskContract | None
         spec = specs.get(s.tool)
         if spec is None:
             continue
-        bound = [(p, s.args[p.name]) for p in spec.inputs if _is_token(s.args.get(p.name))]
+        bound = [(p, s.args[p.name]) for p in spec.inputs if is_token(s.args.get(p.name))]
         for i, (p, a) in enumerate(bound):
             for q, b in bound[i + 1:]:
                 roles = _identity(p.name) or _identity(q.name) or p.name in ANCHOR_PORTS or q.name in ANCHOR_PORTS
@@ -325,13 +316,13 @@ def _semantic_swap(sketch: PlanSketch, case: Case, contract: TaskContract | None
                     pairs.append((s.id, p.name, q.name, a, b))
         primary = [canonical_sequence(x) or x for x in (contract.inputs if contract else [])]
         for p, a in bound:
-            key = _seq_key(case, a[5:]) if a.startswith("@seq.") else None
+            key = _seq_token_key(case, a)
             if key is None or (canonical_sequence(key) or key) not in primary or _identity(p.name):
                 continue
             others = [k for k, r in case.sequences.items() if k != key and r.kind == case.sequences[key].kind
                       and (canonical_sequence(k) or k) not in primary]
             for k in others:
-                subs.append((s.id, p.name, a, f"@seq.{k}"))
+                subs.append((s.id, p.name, a, str(Token.seq(k))))
     if pairs:
         step, p, q, a, b = rng.choice(pairs)
         return Fault("semantic_swap", 0, PLAN, True, step=step, arg=f"{p},{q}", before=[a, b], after=[b, a],
@@ -530,8 +521,8 @@ def corrupt_case(fault_type: str, case: Case, contract: TaskContract | None, con
         fault.detail = f"{key} is listed but its file is gone"
     elif fault_type == "scope_violation":
         donors = [d for d in (donor if isinstance(donor, list) else [donor]) if d is not None and d.id != case.id]
-        other = next((d for d in donors if _seq_key(d, key)), case)  # another patient with that sequence
-        okey = _seq_key(other, key) or key
+        other = next((d for d in donors if d.sequence_key(key)), case)  # another patient with that sequence
+        okey = other.sequence_key(key) or key
         target = Path(resolved_ref(other, okey).path).resolve()
         shutil.rmtree(path) if path.is_dir() else path.unlink()
         path.symlink_to(target, target_is_directory=target.is_dir())
