@@ -129,6 +129,8 @@ class KSpace:
         if y < ry:
             rx, ry = y, y
         if not (0 < rx <= x and 0 < ry <= y):
+            # kept a ValueError (as int() raises on a malformed matrix): every caller (fastMRI reader and
+            # writer, recon tools) turns both into a ToolError naming the file or tool
             raise ValueError(f"recon matrix {rx}x{ry} does not fit in the encoded matrix {x}x{y}")
         return (x - rx) // 2, (y - ry) // 2, rx, ry
 

@@ -3,15 +3,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import ErrorCode, ToolError
+
 AXCODES = (("L", "R"), ("P", "A"), ("I", "S"))
 
 
 def as_affine(affine) -> np.ndarray:
     a = np.asarray(affine, dtype=np.float64)
     if a.shape != (4, 4) or not np.all(np.isfinite(a)):
-        raise ValueError(f"affine must be a finite 4x4 matrix, got shape {a.shape}")
+        raise ToolError(ErrorCode.value_range, f"affine must be a finite 4x4 matrix, got shape {a.shape}",
+                        hint="an image's voxel-to-world affine is a 4x4 matrix of finite numbers", arg="affine")
     if abs(np.linalg.det(a[:3, :3])) < 1e-12:
-        raise ValueError("affine is singular")
+        raise ToolError(ErrorCode.value_range, "affine is singular (its 3x3 part has determinant 0)",
+                        hint="check the image header's spacing and direction (a zero voxel size?)", arg="affine")
     return a
 
 

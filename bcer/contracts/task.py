@@ -92,6 +92,7 @@ class TaskContract(BaseModel):
         for c in self.plausibility:
             bad = [n for n in (c.deliverable, *c.uses.values()) if n not in names]
             if bad:
+                # a pydantic validator must raise ValueError (the caller gets a ValidationError naming the field)
                 raise ValueError(f"plausibility check {c.check!r} names unknown deliverable(s) {bad}; "
                                  f"deliverables: {sorted(names)}")
         return self

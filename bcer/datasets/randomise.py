@@ -40,6 +40,7 @@ from typing import Any, Callable
 import numpy as np
 from scipy import ndimage as ndi
 
+from ..contracts.errors import ErrorCode, ToolError
 from ..contracts.geometry import spacing as affine_spacing
 
 log = logging.getLogger(__name__)
@@ -218,7 +219,8 @@ def synthesise(labels: np.ndarray, affine: np.ndarray, rng: np.random.Generator,
     """
     lab = np.asarray(labels).astype(np.int16)
     if lab.ndim != 3:
-        raise ValueError(f"labels must be 3-D, got shape {lab.shape}")
+        raise ToolError(ErrorCode.shape, f"labels must be 3-D, got shape {lab.shape}",
+                        hint="give one 3-D label map (X, Y, Z)", arg="labels")
     sp = np.asarray(affine_spacing(affine), np.float64)
     top = int(lab.max()) + 1
     full = lab.copy()

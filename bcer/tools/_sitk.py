@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import SimpleITK as sitk
 
+from ..contracts.errors import ErrorCode, ToolError
 from ..contracts.geometry import as_affine
 
 _FLIP = np.diag([-1.0, -1.0, 1.0])
@@ -52,7 +53,8 @@ def to_sitk(data: np.ndarray, affine: np.ndarray, dtype: Any | None = None) -> s
     """A SimpleITK image of an (X, Y, Z) array on the grid ``affine`` describes."""
     arr = np.asarray(data)
     if arr.ndim != 3:
-        raise ValueError(f"to_sitk expects a 3-D (X, Y, Z) array, got shape {arr.shape}")
+        raise ToolError(ErrorCode.shape, f"to_sitk expects a 3-D (X, Y, Z) array, got shape {arr.shape}",
+                        hint="give a 3-D volume (pick one frame or echo of a 4-D series first)")
     if dtype is not None:
         arr = arr.astype(dtype, copy=False)
     img = sitk.GetImageFromArray(np.ascontiguousarray(arr.transpose(2, 1, 0)))
@@ -66,7 +68,8 @@ def to_sitk(data: np.ndarray, affine: np.ndarray, dtype: Any | None = None) -> s
 def from_sitk(img: sitk.Image) -> tuple[np.ndarray, np.ndarray]:
     """(data (X, Y, Z), RAS affine) of a 3-D SimpleITK image."""
     if img.GetDimension() != 3:
-        raise ValueError(f"from_sitk expects a 3-D image, got {img.GetDimension()}-D")
+        raise ToolError(ErrorCode.shape, f"from_sitk expects a 3-D image, got {img.GetDimension()}-D",
+                        hint="give a 3-D volume")
     data = sitk.GetArrayFromImage(img).transpose(2, 1, 0)
     return np.ascontiguousarray(data), affine_from_geometry(img.GetOrigin(), img.GetSpacing(), img.GetDirection())
 
@@ -107,6 +110,7 @@ def _flatten_linear(tx: sitk.Transform) -> sitk.Transform:
     if tx.GetName() == "TranslationTransform":
         return sitk.AffineTransform(np.eye(3).ravel().tolist(), tx.GetOffset())
     if not hasattr(tx, "GetMatrix"):
+        # a programming error: bcer's registration only builds linear transforms
         raise ValueError(f"transform {tx.GetName()} is not linear")
     return tx
 
@@ -115,7 +119,8 @@ def ras_to_transform(matrix: np.ndarray) -> sitk.AffineTransform:
     """A SimpleITK affine transform (LPS) from a 4x4 RAS matrix (fixed point -> moving point)."""
     m = np.asarray(matrix, dtype=np.float64)
     if m.shape != (4, 4) or not np.all(np.isfinite(m)):
-        raise ValueError(f"transform matrix must be a finite 4x4, got shape {m.shape}")
+        raise ToolError(ErrorCode.value_range, f"transform matrix must be a finite 4x4, got shape {m.shape}",
+                        hint="a transform is a 4x4 RAS matrix of finite numbers", arg="transform")
     lps = _FLIP4 @ m @ _FLIP4
     tx = sitk.AffineTransform(3)
     tx.SetMatrix(lps[:3, :3].ravel().tolist())

@@ -126,7 +126,8 @@ def tool(name: str, *, version: str = "1.0", milestone: str | None = None,
                         gpu_frameworks=list(gpu_frameworks),
                         method=_method(method, name, version, doc.split("\n\n")[0]))
         if name in REGISTRY and REGISTRY[name].fn.__qualname__ != fn.__qualname__:
-            raise ValueError(f"tool {name!r} registered twice")
+            raise ToolError(ErrorCode.schema, f"tool {name!r} registered twice, by {REGISTRY[name].fn.__qualname__} "
+                            f"and {fn.__qualname__}", hint="give one of the two tools another name", tool=name)
         REGISTRY[name] = RegisteredTool(spec, fn, params_model, multi)
         fn.spec = spec  # type: ignore[attr-defined]
         return fn

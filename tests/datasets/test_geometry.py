@@ -156,3 +156,13 @@ def test_rician_noise_statistics():
     with pytest.raises(ToolError) as e:
         rician_noise(np.zeros(3), -1.0, rng)
     assert e.value.code == ErrorCode.value_range
+
+
+def test_bad_affines_are_value_range_errors():
+    from bcer.contracts.geometry import as_affine
+
+    assert np.array_equal(as_affine(np.diag([2.0, 2.0, 3.0, 1.0])), np.diag([2.0, 2.0, 3.0, 1.0]))
+    for bad in (np.eye(3), np.full((4, 4), np.nan), np.diag([1.0, 0.0, 1.0, 1.0])):
+        with pytest.raises(ToolError) as e:
+            as_affine(bad)
+        assert e.value.code is ErrorCode.value_range and e.value.context["arg"] == "affine"

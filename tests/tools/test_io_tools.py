@@ -125,3 +125,11 @@ def test_errors(tmp_path: Path, image: Image) -> None:
             call_tool(tool, inputs, params)
         assert e.value.code == code, (tool, params, e.value)
     assert not (tmp_path / "o.nii.gz").exists()
+
+
+def test_unknown_artifact_kind_in_json_is_a_schema_error():
+    from bcer.tools.io import artifact_from_dict
+
+    with pytest.raises(ToolError) as e:
+        artifact_from_dict({"kind": "tabel", "rows": []})
+    assert e.value.code is ErrorCode.schema and "'tabel'" in e.value.message

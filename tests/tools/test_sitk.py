@@ -6,6 +6,7 @@ import pytest
 import SimpleITK as sitk
 from scipy.spatial.transform import Rotation
 
+from bcer.contracts.errors import ErrorCode, ToolError
 from bcer.contracts.geometry import vox2world
 from bcer.tools._sitk import (from_sitk, geometry_from_affine, ras_to_transform, reference_grid,
                               to_sitk, transform_to_ras)
@@ -87,7 +88,9 @@ def test_resample_with_ras_translation_moves_content_in_ras() -> None:
 
 
 def test_bad_inputs_raise() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ToolError) as e:
         to_sitk(np.zeros((4, 4)), np.eye(4))
-    with pytest.raises(ValueError):
+    assert e.value.code is ErrorCode.shape
+    with pytest.raises(ToolError) as e:
         ras_to_transform(np.full((4, 4), np.nan))
+    assert e.value.code is ErrorCode.value_range

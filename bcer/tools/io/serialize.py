@@ -10,6 +10,7 @@ import numpy as np
 
 from ...contracts.artifacts import (Classification, Finding, Findings, Report, Table,
                                     Transform)
+from ...contracts.errors import ErrorCode, ToolError
 from .nifti import atomic_write_bytes
 
 
@@ -65,7 +66,8 @@ def artifact_from_dict(d: dict[str, Any]) -> Any:
     if kind == "transform":
         fa = np.asarray(d["fixed_affine"]) if d.get("fixed_affine") is not None else None
         return Transform(np.asarray(d["matrix"]), d.get("type", "rigid"), fa, d.get("meta", {}))
-    raise ValueError(f"unknown artifact kind in JSON: {kind!r}")
+    raise ToolError(ErrorCode.schema, f"unknown artifact kind in JSON: {kind!r}",
+                    hint="'kind' is one of 'table', 'classification', 'findings', 'report', 'transform'")
 
 
 def write_json(obj: Any, path: str | Path) -> Path:

@@ -126,7 +126,7 @@ def _eval(node: ast.AST, env: dict[str, int]) -> int:
         if isinstance(node.op, ast.Pow) and (right > 16 or abs(left) > _MAX_SIZE):
             return _MAX_SIZE + 1
         return _OPS[type(node.op)](left, right)
-    raise ValueError(f"unsupported element {ast.dump(node)[:40]}")
+    raise ValueError(f"unsupported element {ast.dump(node)[:40]}")  # internal: axis_rule makes it a schema ToolError
 
 
 @dataclass(frozen=True)
