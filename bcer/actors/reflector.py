@@ -30,7 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..contracts.artifacts import ArtifactKind
 from ..contracts.case import Case
-from ..contracts.errors import ErrorCode
+from ..contracts.errors import ErrorCode, ToolError
 from ..contracts.repair import HALT_AT_ONCE, Failure, Halt, Patch  # re-exported: they live in contracts
 from ..contracts.task import TaskContract
 from ..contracts.workflow import Node, Workflow
@@ -422,7 +422,11 @@ class Reflector:
 
     def _validated_insert(self, patch: Patch, failure: Failure, workflow: Workflow, case: Case,
                           contract: TaskContract | None) -> tuple[Node, Workflow]:
-        """The inserted node checked like a compiled one, and the workflow that contains it."""
+        """The inserted node checked like a compiled one, and the workflow that contains it.
+
+        Its ValueErrors are internal: ``_validated`` turns them into a rejected patch (the patch
+        comes from a planner or an LLM, not from the user).
+        """
         new = patch.insert
         if new is None:
             raise ValueError("insert patch without a node to insert")
@@ -508,7 +512,8 @@ class ReflectorPool:
     def __init__(self, size: int = 2, prefix: str = "bcer_reflector", sep: str = "_",
                  registry: Mapping[str, Any] | str | None = "auto", **kwargs: Any):
         if size < 1:
-            raise ValueError(f"a reflector pool needs at least one actor, got size={size}")
+            raise ToolError(ErrorCode.value_range, f"a reflector pool needs at least one actor, got size={size}",
+                            hint="size >= 1", arg="size")
         self.size, self.prefix, self.sep = size, prefix, sep
         self._registry, self._kwargs = registry, kwargs
         self._members: dict[int, Any] = {}

@@ -355,6 +355,12 @@ def test_reflector_actor(ray_local, wf: Workflow) -> None:
     ray_local.kill(actor)
 
 
+def test_reflector_pool_of_no_actors_is_refused() -> None:
+    with pytest.raises(ToolError) as e:
+        ReflectorPool(size=0)
+    assert e.value.code is ErrorCode.value_range and e.value.context["arg"] == "size"
+
+
 def test_reflector_pool_routes_a_case_to_one_member(ray_local) -> None:
     pool = ReflectorPool(size=2, prefix="bcer_test_pool", registry=TOOLS)
     ids = {c: pool.for_case(c)._actor_id for c in ("c0", "c1", "c2", "c3", "c4", "c5")}

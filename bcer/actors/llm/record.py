@@ -147,7 +147,7 @@ class ReplayBackend:
                 rec = json.loads(line)
                 key, reply = rec["request_digest"], rec["reply"]
                 if texts_digest(reply["texts"]) != rec["texts_digest"]:
-                    raise ValueError("texts do not match their digest")
+                    raise ValueError("texts do not match their digest")  # internal: caught below, a schema ToolError
             except (ValueError, KeyError, TypeError) as e:
                 raise ToolError(ErrorCode.schema, f"line {i} of the LLM recording {self.path.name} is corrupt: {e}",
                                 file=str(self.path)) from None

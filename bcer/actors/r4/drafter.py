@@ -128,7 +128,7 @@ def _json_part(text: str) -> str:
     """The JSON object in a completion (a model may wrap it in a code fence)."""
     a, b = text.find("{"), text.rfind("}")
     if a < 0 or b < a:
-        raise ValueError("no JSON object")
+        raise ValueError("no JSON object")  # internal: the caller counts the draft invalid, as for bad JSON
     json.loads(text[a:b + 1])
     return text[a:b + 1]
 
