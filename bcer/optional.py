@@ -43,5 +43,5 @@ def cuda_available() -> bool:
     cp, ok = optional_import("cupy")
     try:
         return bool(ok and cp.cuda.runtime.getDeviceCount() > 0)
-    except Exception:
+    except Exception:  # cupy raises its own CUDA error types (no driver, no device)
         return False

@@ -132,7 +132,7 @@ class BundleActorPool:
         self._next = itertools.cycle(range(n))
         try:  # loaded before any case starts: a broken bundle fails here, not in every case
             self.started = ray.get([a.stats.remote() for a in self.actors], timeout=_READY_TIMEOUT_S)
-        except Exception as e:
+        except Exception as e:  # a bundle may fail to load in any way: one resource error names it
             self.close()
             raise ToolError(ErrorCode.resource, f"bundle actors did not start: {type(e).__name__}: {str(e)[:300]}",
                             hint="check the bundle loads in a plain task (bcer run) first") from e

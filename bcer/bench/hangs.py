@@ -94,7 +94,7 @@ def install_worker_hangs() -> None:
 
                     # the engine names node tasks ``case/node/tool`` (engine.placement.task_name)
                     case_id, node, _ = (ray.get_runtime_context().get_task_name() or "").split("/", 2)
-                except Exception:
+                except Exception:  # not inside a named Ray task (any error): no hang
                     return fn(*args, **kwargs)
                 if should_hang(case_id, node):
                     hang()

@@ -291,7 +291,7 @@ class _Runner:
             if not run.finished:
                 try:
                     run.check_deadlines(now)
-                except Exception as e:
+                except Exception as e:  # a bug in one case's deadlines fails that case only
                     run.crash(e)
                 run.trace.flush()
         for job in self.jobs:
@@ -365,7 +365,7 @@ class _Runner:
                 self._start(job, case, trace, t0, (sketch, wf, revisions, False))
             except ToolError as e:
                 self._reject(job, case, trace, e.with_context(case=case.id), "rejected", t0)
-            except Exception as e:
+            except Exception as e:  # a planner may raise anything: the case fails, the cohort goes on
                 self._reject(job, case, trace, _internal(e), "failed", t0, traceback.format_exc())
 
     def _start(self, job: _Job, case: Case, trace: TraceWriter, t0: float, planned: tuple) -> None:
@@ -392,7 +392,7 @@ class _Runner:
         fuse = cfg.fuse == "always" or (cfg.fuse == "auto" and wide_enough(self.n_run, self.cluster.get("CPU", 1)))
         try:
             run.start(announce=False, fuse=fuse, segments=cfg.fuse != "never")
-        except Exception as e:
+        except Exception as e:  # a bug starting one case fails that case only
             run.crash(e)
 
     # ---- finishing ----------------------------------------------------------------------------
@@ -439,7 +439,7 @@ class _Runner:
             try:
                 run.trace.emit("case_finished", error_code=ErrorCode.internal.value, message="interrupted")
                 run.trace.close()
-            except Exception:
+            except Exception:  # Ctrl-C path: every other case must still be flushed
                 pass
         for fut, (_, _, trace, _) in self.planning.items():
             fut.cancel()

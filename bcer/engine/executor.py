@@ -126,7 +126,7 @@ def run_case_workflows(items: list[tuple[Workflow, Case, RunContext]], *, contra
         runs.append(run)
         try:
             run.start(fuse=fuse, segments=segments)
-        except Exception as e:
+        except Exception as e:  # a bug starting one case fails that case only
             run.crash(e)
     drive(loop, runs)
     return [r.outcome for r in runs]

@@ -98,7 +98,7 @@ class EventLoop:
                 log.exception("handling %s crashed", tag)
                 try:
                     owner.crash(e)
-                except Exception:
+                except Exception:  # the crash handler's own bug must not stop the loop
                     log.exception("crash handler of %r failed", owner)
 
     def cancel_all(self) -> None:
@@ -119,7 +119,7 @@ class EventLoop:
 def _order(owner: Any, tag: tuple) -> int:
     try:
         return owner.order(tag)
-    except Exception:
+    except Exception:  # order is a hint: a buggy owner must not stop the loop
         return 0
 
 
@@ -129,7 +129,7 @@ def _get_all(refs: list[Any]) -> list[tuple[Any, BaseException | None]]:
 
     try:
         return [(v, None) for v in ray.get(refs)]
-    except Exception:
+    except Exception:  # any task error: fetch one by one to find which refs raised
         out: list[tuple[Any, BaseException | None]] = []
         for ref in refs:
             try:

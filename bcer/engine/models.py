@@ -64,7 +64,7 @@ def release_server(server: Any) -> None:
     if callable(close):
         try:
             close()
-        except Exception:
+        except Exception:  # best-effort cleanup: a server may raise anything
             log.exception("closing the model server failed")
 
 

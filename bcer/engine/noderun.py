@@ -60,7 +60,7 @@ def _worker_id() -> str:
             if not ray.is_initialized():  # outside Ray (run in process): never start a cluster here
                 return "local"
             _WORKER_ID = ray.get_runtime_context().get_node_id()[:12]
-        except Exception:
+        except Exception:  # no Ray runtime context (any error): a local run
             return "local"
     return _WORKER_ID
 
@@ -104,7 +104,7 @@ def _ensure_tool(name: str, module: str, file: str = "") -> None:
     if module:
         try:
             _import_module(module, file)
-        except Exception as e:
+        except Exception as e:  # a user's tool module may raise anything on import
             raise ToolError(ErrorCode.internal, f"cannot import module {module!r} of tool {name!r}: "
                             f"{type(e).__name__}: {e}", hint="make it importable on every Ray node "
                             "(runtime_env py_modules or an installed package)", tool=name) from e

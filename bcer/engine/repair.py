@@ -55,7 +55,7 @@ def default_repairer(run_id: str) -> RepairerPool | None:
         return None
     try:
         return _DEFAULT(run_id)
-    except Exception:
+    except Exception:  # a user's repairer factory may raise anything: run unrepaired
         log.exception("cannot build the default repairer: failures are not repaired")
         return None
 

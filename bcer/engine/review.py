@@ -155,7 +155,7 @@ def curate_in_run(run: Any, status: str) -> None:
             res = reviewer.curate(CurateRequest(case_id=run.case.id, task=run.contract.id if run.contract else None,
                                                 run_id=run.ctx.run_id, report=report,
                                                 verified=status == "succeeded", status=status))
-        except Exception as e:
+        except Exception as e:  # curation is optional: any failure is traced, the case goes on
             log.exception("curation failed on %s/%s", run.case.id, node_id)
             run.trace.emit("memory_add", node=node_id, tool=node.tool, error_code="internal",
                            message=f"curation failed: {type(e).__name__}: {e}")
@@ -177,7 +177,7 @@ def release_reviewer(reviewer: Any) -> None:
     if callable(close):
         try:
             close()
-        except Exception:
+        except Exception:  # best-effort cleanup: a reviewer may raise anything
             log.exception("closing the report reviewer failed")
 
 

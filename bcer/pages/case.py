@@ -85,7 +85,7 @@ class _Volumes:
         tool = "recon.zero_filled_cine" if np.asarray(kspace.data).ndim > 4 else "recon.zero_filled"
         try:
             img = call_tool(tool, {"kspace": kspace})["image" if tool == "recon.zero_filled" else "cine"]
-        except Exception as e:
+        except Exception as e:  # a view is best effort: any failure is listed, the page still builds
             self.problems.append(f"zero-filled view of {name} failed: {type(e).__name__}: {e}")
             return None
         return ov.Volume(np.asarray(img.data), np.asarray(img.affine), f"{name} (zero-filled)")
@@ -98,7 +98,7 @@ class _Volumes:
 
                 img = nib.load(str(path))
                 self._cache[key] = ov.Volume(np.asarray(img.dataobj), np.asarray(img.affine), name or path.name)
-            except Exception as e:
+            except Exception as e:  # nibabel raises many types on a damaged file: listed, page still builds
                 self.problems.append(f"{path.name} could not be read: {type(e).__name__}: {e}")
                 self._cache[key] = None
         return self._cache[key]

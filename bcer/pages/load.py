@@ -122,7 +122,7 @@ def read_cohort_events(root: Path, problems: list[str]) -> list[dict[str, Any]]:
             import pyarrow.parquet as pq
 
             return pq.read_table(parquet).to_pylist()
-        except Exception as e:
+        except Exception as e:  # pyarrow's own error types on a damaged file: fall back to the jsonl
             problems.append(f"events.parquet unreadable ({type(e).__name__}); read from events.jsonl")
     events: list[dict[str, Any]] = []
     for p in sorted(root.glob("*/events.jsonl")):

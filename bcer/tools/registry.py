@@ -219,7 +219,7 @@ def call_tool(name: str, inputs: dict[str, Any], params: dict[str, Any] | BaseMo
         raise ToolError(ErrorCode.resource, f"out of memory in {name}: {e}", tool=name) from e
     except FloatingPointError as e:
         raise ToolError(ErrorCode.numeric, f"floating-point error in {name}: {e}", tool=name) from e
-    except Exception as e:
+    except Exception as e:  # a tool may raise anything: typed here, once
         if type(e).__name__ == "OutOfMemoryError":  # torch.cuda / cupy OOM, by type not text
             raise ToolError(ErrorCode.resource, f"GPU out of memory in {name}: {e}", tool=name) from e
         raise ToolError(ErrorCode.internal, f"{name} failed: {type(e).__name__}: {e}", tool=name) from e

@@ -105,7 +105,7 @@ def engine_actor_options(model: str, tensor_parallel_size: int, name: str | None
         pg = placement_group([{"GPU": tensor_parallel_size, "CPU": 1}], strategy="STRICT_PACK")
         try:
             ray.get(pg.ready(), timeout=READY_TIMEOUT_S)
-        except Exception:
+        except Exception:  # Ray raises GetTimeoutError or a placement error: either way no GPUs
             ray.util.remove_placement_group(pg)
             raise ToolError(ErrorCode.resource, f"{tensor_parallel_size} GPUs on one node did not become free "
                             f"within {READY_TIMEOUT_S:g} s", "free GPUs or lower the tensor parallel size") from None

@@ -146,7 +146,7 @@ class R4Reviewer:
         if self.memory is not None and self.own_memory:
             try:
                 self.memory.close()
-            except Exception:
+            except Exception:  # best-effort cleanup: a memory backend may raise anything
                 log.exception("closing the exemplar memory failed")
 
 

@@ -361,7 +361,7 @@ def _value_table(bundle: Bundle, n_channels: int) -> dict[int, tuple[int, ...]]:
     if key not in bundle.memo:
         try:
             bundle.memo[key] = probe_values(bundle.pipeline.value_steps, n_channels)
-        except Exception as e:
+        except Exception as e:  # a bundle's post-processing runs user code
             raise ToolError(ErrorCode.schema, f"bundle {bundle.path}: post-processing fails on a {n_channels}-"
                             f"channel probe: {type(e).__name__}: {e}", arg="bundle_dir") from None
     return bundle.memo[key]

@@ -187,7 +187,7 @@ def build_network(cfg: BundleConfig, model_path: Path, tdev: Any) -> Any:
     if model_path.suffix == ".ts":
         try:
             net = torch.jit.load(str(model_path), map_location=tdev)
-        except Exception as e:
+        except Exception as e:  # torch.jit raises many types on a bad file
             raise ToolError(ErrorCode.schema, f"cannot load TorchScript {model_path}: {e}",
                             file=str(model_path)) from None
         return net.eval()
@@ -200,7 +200,7 @@ def build_network(cfg: BundleConfig, model_path: Path, tdev: Any) -> Any:
         parser["network_def"] = cfg.meta["network_def"]
     try:
         net = parser.get_parsed_content("network_def", instantiate=True)
-    except Exception as e:
+    except Exception as e:  # a bundle's network_def runs user code
         raise ToolError(ErrorCode.schema, f"network_def of bundle {cfg.root} does not build: {e}",
                         file=str(cfg.inference_file)) from None
     try:
@@ -208,7 +208,7 @@ def build_network(cfg: BundleConfig, model_path: Path, tdev: Any) -> Any:
         if isinstance(state, dict) and isinstance(state.get("model"), dict):
             state = state["model"]  # MONAI CheckpointSaver nests the weights
         net.load_state_dict(state)
-    except Exception as e:
+    except Exception as e:  # torch.load / load_state_dict raise many types
         raise ToolError(ErrorCode.schema, f"weights {model_path} do not fit network_def: {e}",
                         file=str(model_path)) from None
     log.info("loaded bundle network from %s onto %s", cfg.root, tdev)
@@ -307,7 +307,7 @@ def build_pipeline(cfg: BundleConfig) -> Pipeline:
                    else None)
     except ToolError:
         raise
-    except Exception as e:
+    except Exception as e:  # a bundle's transforms run user code
         raise ToolError(ErrorCode.schema, f"bundle {cfg.root}: pre/post-processing or inferer does not build: "
                         f"{type(e).__name__}: {e}", file=str(cfg.inference_file)) from None
     if inferer is not None and not callable(inferer):
