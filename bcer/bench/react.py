@@ -41,11 +41,18 @@ from typing import Any
 
 from ..contracts import Case, ErrorCode, PlanSketch, PlanStep, TaskContract, ToolError
 from ..contracts.errors import did_you_mean
+from ..contracts.tokens import Token
 from ..engine.digest import artifact_digest, canonical_json
 from ..engine.trace import TraceWriter
 from . import hangs as H
 
 log = logging.getLogger(__name__)
+
+
+def _node_id(value: Any) -> str | None:
+    """The node a ``@node`` token names; None for anything else."""
+    tok = Token.try_parse(value)
+    return tok.name if tok is not None and tok.scope == "node" else None
 
 
 @dataclass
@@ -222,8 +229,7 @@ class ScriptedReAct:
         for s in sketch.steps:
             if s.id in done:
                 continue
-            deps = {v.split(".")[1] for v in s.args.values() if isinstance(v, str) and v.startswith("@node.")
-                    and len(v.split(".")) > 2} | set(s.after)
+            deps = {n for v in s.args.values() if (n := _node_id(v))} | set(s.after)
             if all(d in done or d not in ids for d in deps):
                 return s
         return None
@@ -268,10 +274,7 @@ class ScriptedReAct:
             nodes.append(Node(id=s.id, tool=s.tool, version=spec.version, inputs=inputs, params=params,
                               outputs=[p.name for p in spec.outputs], resources=spec.resources.model_copy(),
                               gpu=spec.gpu, milestone=spec.milestone, after=list(s.after)))
-            for v in inputs.values():
-                parts = v.split(".")
-                if v.startswith("@node.") and len(parts) > 2:
-                    edges.add((parts[1], s.id))
+            edges.update((n, s.id) for v in inputs.values() if (n := _node_id(v)))
         ids = {n.id for n in nodes}
         return Workflow(case_id=self.case.id, task=self.contract.id, goal=sketch.goal, nodes=nodes,
                         edges=sorted(e for e in edges if e[0] in ids and e[1] in ids))
@@ -284,8 +287,8 @@ class ScriptedReAct:
             node = wf.node(step.id)
         except KeyError:
             return None, None
-        avail = {f"@seq.{k}": r.kind.value for k, r in self.case.sequences.items()}
-        avail.update({f"@node.{s}.{f}": kind for (s, f), kind in self.results.items()})
+        avail = {str(Token.seq(k)): r.kind.value for k, r in self.case.sequences.items()}
+        avail.update({str(Token.node(s, f)): kind for (s, f), kind in self.results.items()})
         bound = {}
         for port, tok in node.inputs.items():
             if tok in avail:
@@ -484,9 +487,9 @@ class ScriptedReAct:
         real = self.sandbox.check_read(path, arg=port)
         for key in self.case.sequences:
             if Path(resolved_ref(self.case, key).path).resolve() == real:
-                return self._bind_token(port, f"@seq.{key}")
+                return self._bind_token(port, str(Token.seq(key)))
         raise ToolError(ErrorCode.bad_reference, f"{path} is not a file of case {self.case.id}",
-                        f"case inputs: {sorted('@seq.' + k for k in self.case.sequences)}", arg=port, file=path)
+                        f"case inputs: {sorted(str(Token.seq(k)) for k in self.case.sequences)}", arg=port, file=path)
 
     # ---- deliverables ---------------------------------------------------------------------
     def _write_deliverables(self, step: PlanStep, result: dict[str, Any]) -> None:
