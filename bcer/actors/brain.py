@@ -33,6 +33,7 @@ from typing import Any, Mapping
 
 from ..contracts import ArtifactKind, Case, ErrorCode, PlanSketch, PlanStep, TaskContract, ToolError, ToolSpec
 from ..contracts.sequences import canonical_sequence
+from ..contracts.tokens import Token, ref_name
 
 log = logging.getLogger(__name__)
 
@@ -256,14 +257,14 @@ class _Builder:
     def token(self, opt: _Opt, why: str) -> str:
         """Add the steps of ``opt`` (sharing planned ones); the token that names its artifact."""
         if opt.seq is not None:
-            return f"@seq.{opt.seq}"
+            return str(Token.seq(opt.seq))
         sid = self.by_sig.get(opt.sig)
         if sid is None:
             args = {p: self.token(o, f"{p} of {opt.tool}") for p, o in opt.inputs}
             sid = self._new_id(opt.tool)
             self.steps.append(PlanStep(id=sid, tool=opt.tool, args=args, why=why))
             self.by_sig[opt.sig] = sid
-        return f"@node.{sid}.{opt.field}"
+        return str(Token.node(sid, opt.field))
 
     def adopt(self, sketch: PlanSketch) -> None:
         """Start from an existing sketch (revision): its steps are shared by signature."""
@@ -374,7 +375,7 @@ class OfflineBrain:
         if drop_steps:  # references to dropped steps are now dangling
             for step in b.steps:
                 step.args = {k: v for k, v in step.args.items()
-                             if not (isinstance(v, str) and v.split(".")[1:2] and v.split(".")[1] in drop_steps)}
+                             if ref_name(v, "node") not in drop_steps}
         try:
             self._bind_required(b)
             for kind, milestone, name, fld in self._wanted(sketch.goal, contract, b):
@@ -472,8 +473,7 @@ class OfflineBrain:
             unset = sorted((p for p in spec.inputs if p.required and p.name not in step.args),
                            key=lambda p: p.name not in ANCHOR_PORTS)
             for port in unset:
-                used = {b.canon.get(v.split(".")[1], v.split(".")[1]) for v in step.args.values()
-                        if isinstance(v, str) and v.startswith("@seq.") and len(v.split(".")) == 2}
+                used = {b.canon.get(n, n) for v in step.args.values() if (n := ref_name(v, "seq")) is not None}
                 canon = canonical_sequence(port.name)
                 below = OfflineBrain._downstream(b, step.id)
                 opt = b.resolve(port.kind, port.name, canon, exclude=frozenset() if canon else frozenset(used),
@@ -491,8 +491,7 @@ class OfflineBrain:
         while grew:
             grew = False
             for s in b.steps:
-                if s.id not in below and any(isinstance(v, str) and v.startswith("@node.") and v.split(".")[1] in below
-                                             for v in s.args.values()):
+                if s.id not in below and any(ref_name(v, "node") in below for v in s.args.values()):
                     below.add(s.id)
                     grew = True
         return below
@@ -522,22 +521,21 @@ class OfflineBrain:
         if canon:
             key = next((k for k, c in b.canon.items() if c == canon and b.case.sequences[k].kind == kind), None)
             if key is not None:
-                return f"@seq.{key}"
+                return str(Token.seq(key))
         made = [(s.id, p.name) for s in b.steps if s.id not in below and s.tool in b.specs
                 for p in b.specs[s.tool].outputs if p.kind == kind]
-        named = [f"@node.{sid}.{f}" for sid, f in made if f == port]
+        named = [str(Token.node(sid, f)) for sid, f in made if f == port]
         if named:
             return named[-1]
         if aggregator:  # a sink that gathers evidence: the latest artifact of the kind not yet used
-            free = [f"@node.{sid}.{f}" for sid, f in made if f"@node.{sid}.{f}" not in taken]
+            free = [t for sid, f in made if (t := str(Token.node(sid, f))) not in taken]
             return free[-1] if free else None
         return None
 
     @staticmethod
     def _bind_params(b: _Builder, step: PlanStep, case: Case, blocked: set[str]) -> None:
         spec = b.specs[step.tool]
-        source = next((v.split(".")[1] for p in spec.inputs if isinstance(v := step.args.get(p.name), str)
-                       and v.startswith("@seq.")), None)
+        source = next((n for p in spec.inputs if (n := ref_name(step.args.get(p.name), "seq")) is not None), None)
         for param in spec.param_names:
             if param in step.args or param in blocked:
                 continue
@@ -553,7 +551,7 @@ class OfflineBrain:
                 if hit is not None:
                     step.args[param] = hit
             elif value is not None:
-                step.args[param] = f"@case.{key}"
+                step.args[param] = str(Token.case(key))
 
 
 __all__ = ["OfflineBrain", "goal_domain", "goal_milestones", "plannable_tools", "tool_domains"]

@@ -60,7 +60,7 @@ import numpy as np
 from ..contracts import Case, PlanSketch, TaskContract
 from ..contracts.errors import ErrorCode, ToolError, did_you_mean
 from ..contracts.sequences import canonical_sequence
-from ..contracts.tokens import Token, is_token
+from ..contracts.tokens import Token, is_token, ref_name
 
 
 PLAN, DATA, RUNTIME = "plan", "data", "runtime"
@@ -155,8 +155,8 @@ def _specs(registry: Any = None) -> dict[str, Any]:
 
 def _seq_token_key(case: Case, value: Any) -> str | None:
     """The case's sequence key that a ``@seq`` token means; None for anything else."""
-    tok = Token.try_parse(value)
-    return case.sequence_key(tok.name) if tok is not None and tok.scope == "seq" else None
+    name = ref_name(value, "seq")
+    return case.sequence_key(name) if name is not None else None
 
 
 def _port_refs(sketch: PlanSketch, specs: dict[str, Any]) -> list[tuple[str, str, str]]:

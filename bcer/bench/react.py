@@ -41,18 +41,12 @@ from typing import Any
 
 from ..contracts import Case, ErrorCode, PlanSketch, PlanStep, TaskContract, ToolError
 from ..contracts.errors import did_you_mean
-from ..contracts.tokens import Token
+from ..contracts.tokens import Token, ref_name
 from ..engine.digest import artifact_digest, canonical_json
 from ..engine.trace import TraceWriter
 from . import hangs as H
 
 log = logging.getLogger(__name__)
-
-
-def _node_id(value: Any) -> str | None:
-    """The node a ``@node`` token names; None for anything else."""
-    tok = Token.try_parse(value)
-    return tok.name if tok is not None and tok.scope == "node" else None
 
 
 @dataclass
@@ -229,7 +223,7 @@ class ScriptedReAct:
         for s in sketch.steps:
             if s.id in done:
                 continue
-            deps = {n for v in s.args.values() if (n := _node_id(v))} | set(s.after)
+            deps = {n for v in s.args.values() if (n := ref_name(v, "node"))} | set(s.after)
             if all(d in done or d not in ids for d in deps):
                 return s
         return None
@@ -274,7 +268,7 @@ class ScriptedReAct:
             nodes.append(Node(id=s.id, tool=s.tool, version=spec.version, inputs=inputs, params=params,
                               outputs=[p.name for p in spec.outputs], resources=spec.resources.model_copy(),
                               gpu=spec.gpu, milestone=spec.milestone, after=list(s.after)))
-            edges.update((n, s.id) for v in inputs.values() if (n := _node_id(v)))
+            edges.update((n, s.id) for v in inputs.values() if (n := ref_name(v, "node")))
         ids = {n.id for n in nodes}
         return Workflow(case_id=self.case.id, task=self.contract.id, goal=sketch.goal, nodes=nodes,
                         edges=sorted(e for e in edges if e[0] in ids and e[1] in ids))

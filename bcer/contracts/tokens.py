@@ -161,6 +161,16 @@ def find_tokens(value: Any) -> list[Token]:
     return []
 
 
+def ref_name(value: Any, scope: Scope) -> str | None:
+    """The name (node id, sequence name, key) of a well-formed ``scope`` token; None otherwise.
+
+    >>> ref_name("@node.seg.mask", "node"), ref_name("@seq.T1", "node"), ref_name(3, "seq")
+    ('seg', None, None)
+    """
+    tok = Token.try_parse(value)
+    return tok.name if tok is not None and tok.scope == scope else None
+
+
 def normalise_seq(name: str) -> str | None:
     """Canonical sequence name through the one alias table (``t1ce`` -> ``T1c``), or None."""
     if not isinstance(name, str):
@@ -168,4 +178,4 @@ def normalise_seq(name: str) -> str | None:
     return canonical_sequence(name)
 
 
-__all__ = ["RUNTIME_KEYS", "SCOPES", "Token", "find_tokens", "is_token", "normalise_seq", "parse_token"]
+__all__ = ["RUNTIME_KEYS", "SCOPES", "Token", "find_tokens", "is_token", "normalise_seq", "parse_token", "ref_name"]

@@ -5,7 +5,7 @@ import pytest
 
 from bcer.contracts.case import Case, SequenceRef
 from bcer.contracts.errors import ErrorCode, ToolError
-from bcer.contracts.tokens import Token, parse_token
+from bcer.contracts.tokens import Token, parse_token, ref_name
 from bcer.engine import tokens as engine_tokens
 
 
@@ -51,6 +51,13 @@ def test_builders_keep_the_text_and_the_parser_rejects_bad_names(build, args, te
                                          ("@node.a", None), ("@bogus.x", None), ("T1", None), (3, None), (None, None)])
 def test_try_parse(value, want):
     assert Token.try_parse(value) == want
+
+
+@pytest.mark.parametrize("value, scope, want", [("@node.seg.mask", "node", "seg"), ("@seq.T1", "seq", "T1"),
+                                                ("@seq.T1", "node", None), ("@node.seg", "node", None),
+                                                ("x.seg", "node", None), (None, "seq", None)])
+def test_ref_name(value, scope, want):
+    assert ref_name(value, scope) == want
 
 
 def test_non_string_is_schema_error():
