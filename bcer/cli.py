@@ -18,7 +18,7 @@ from rich.table import Table
 
 from . import cli_options as O
 from . import cli_views as V
-from .contracts import ToolError
+from .contracts import ErrorCode, ToolError
 
 # plain help (click's layout, as nnU-Net's and Ray's CLIs): every metavar is ours, no type names.
 # typer prints a positional argument's Python type (``<path>``) beside its metavar whatever the
@@ -89,7 +89,8 @@ def _dirs(items: Optional[list[Path]]) -> tuple[str, ...]:
 
 def _data(data: Optional[Path], old_case: Optional[Path]) -> Path:
     if data is None and old_case is None:
-        _fail(ValueError("give the dataset or case folder with --data DIR"))
+        _fail(ToolError(ErrorCode.input_missing, "no dataset given", hint="give the dataset or case folder with "
+                        "--data DIR", arg="--data"))
     return data or old_case  # type: ignore[return-value]
 
 
@@ -211,7 +212,8 @@ def _run_study(study, out: Path, address: Optional[str], as_json: bool = False):
     try:
         cases = study.cases()
         if not cases:
-            _fail(ValueError("no case left to run (check --case-id / --exclude / --limit)"))
+            _fail(ToolError(ErrorCode.input_missing, "no case left to run",
+                            hint="check --case-id / --exclude / --limit"))
         chosen = dataclasses.replace(study, data=cases, case_ids=None, exclude=None, limit=None)
         return run_with_progress(chosen.run, len(cases), address, Console(stderr=True) if as_json else console)
     except (ToolError, FileNotFoundError) as e:
@@ -241,7 +243,8 @@ def run(data: O.Data = None, case: O.OldCase = None,
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     if len(cases) != 1:
-        _fail(ValueError(f"{data or case} holds {len(cases)} cases; use `bcer cohort` (--case-id ID picks one)"))
+        _fail(ToolError(ErrorCode.value_range, f"{data or case} holds {len(cases)} cases",
+                        hint="use `bcer cohort` (--case-id ID picks one)", arg="--data"))
     result = _run_study(Study(cases, max_in_flight=1, gpu_concurrency=gpu_concurrency, model_actors=model_actors,
                               **shared), out, address, as_json)
     row = result.rows[0]

@@ -59,6 +59,15 @@ def test_cohort_exit_codes(ray_local, brains, tmp_path):
     assert code == 2
 
 
+def test_run_input_errors_are_typed(brains, tmp_path):
+    # 2 and a typed error before anything runs: no dataset, or a cohort folder given to `bcer run`
+    code, out = invoke("run", "--task", "denoise", "--out", tmp_path / "r")
+    assert code == 2 and "[input_missing] no dataset given" in out and "--data DIR" in out, out
+    code, out = invoke("run", "--data", brains, "--task", "denoise", "--out", tmp_path / "r")
+    assert code == 2 and "[value_range]" in out and "holds 3 cases" in out and "bcer cohort" in out, out
+    assert not (tmp_path / "r").exists()
+
+
 def test_run_and_report_exit_codes(ray_local, brains, tmp_path):
     case = next(p for p in sorted(brains.iterdir()) if p.is_dir())
     res = runner.invoke(app, ["run", "--data", str(case), "--task", "cardiac_report", "--out", str(tmp_path / "r"),
