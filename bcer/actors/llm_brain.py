@@ -40,8 +40,8 @@ from pydantic import ValidationError
 
 from ..contracts import Case, ErrorCode, PlanSketch, PlanStep, TaskContract, ToolError, ToolSpec
 from ..contracts.sequences import canonical_sequence
+from ..contracts.tokens import RUNTIME_KEYS, Token, ref_name
 from ..engine.compiler import CompileError, compile_plan
-from ..engine.tokens import RUNTIME_KEYS
 from .brain import OfflineBrain, plannable_tools
 from .events import PendingEvents
 from .llm.base import LLMBackend, LLMReply, Message
@@ -103,20 +103,21 @@ def _port_options(port: Any, case: Case, ports: Mapping[str, list[str]], tool: s
     (unless that would leave the port no sequence at all: the compiler then says why)."""
     options = list(ports.get(port.kind.value, []))
     identity = canonical_sequence(port.name)
-    same = [t for t in options if t.startswith("@seq.") and canonical_sequence(t[5:]) == identity]
+    seq = {t: n for t in options if (n := ref_name(t, "seq")) is not None}
+    same = [t for t in options if t in seq and canonical_sequence(seq[t]) == identity]
     if identity and same:
-        options = same + [t for t in options if not t.startswith("@seq.")]
-    seqs = [t for t in options if t.startswith("@seq.")]
-    fit = [t for t in seqs if _fits_contract(t[5:], tool, port.name, case, contract)]
+        options = same + [t for t in options if t not in seq]
+    seqs = [t for t in options if t in seq]
+    fit = [t for t in seqs if _fits_contract(seq[t], tool, port.name, case, contract)]
     if fit and len(fit) < len(seqs):
-        options = fit + [t for t in options if not t.startswith("@seq.")]
+        options = fit + [t for t in options if t not in seq]
     return options
 
 
 def _args_schema(spec: ToolSpec, case: Case, ports: Mapping[str, list[str]],
                  contract: TaskContract | None = None) -> dict[str, Any]:
     defs = spec.params_schema.get("$defs", {})
-    meta_tokens = [f"@case.{k}" for k in case.metadata] + [f"@runtime.{k}" for k in RUNTIME_KEYS]
+    meta_tokens = [str(Token.case(k)) for k in case.metadata] + [str(Token.runtime(k)) for k in RUNTIME_KEYS]
     props: dict[str, Any] = {}
     for port in spec.inputs:
         options = _port_options(port, case, ports, spec.name, contract)
@@ -142,10 +143,10 @@ def plan_schema(tools: Mapping[str, ToolSpec], case: Case, max_steps: int = 8,
     ids = {name: [step_id(name, i) for i in range(1, repeats + 1)] for name in tools}
     ports: dict[str, list[str]] = {}
     for key, ref in sorted(case.sequences.items()):
-        ports.setdefault(ref.kind.value, []).append(f"@seq.{key}")
+        ports.setdefault(ref.kind.value, []).append(str(Token.seq(key)))
     for name, spec in sorted(tools.items()):
         for out in spec.outputs:
-            ports.setdefault(out.kind.value, []).extend(f"@node.{sid}.{out.name}" for sid in ids[name])
+            ports.setdefault(out.kind.value, []).extend(str(Token.node(sid, out.name)) for sid in ids[name])
     branches = []
     for name, spec in sorted(tools.items()):
         branches.append({"type": "object", "additionalProperties": False, "required": ["tool", "id", "args"],

@@ -36,6 +36,7 @@ from typing import Any
 from ...contracts import ArtifactKind, Case, ErrorCode, PlanStep, TaskContract, ToolError, ToolSpec
 from ...contracts.errors import did_you_mean
 from ...contracts.sequences import canonical_sequence
+from ...contracts.tokens import Token, ref_name
 from ..brain import ANCHOR_PORTS
 
 MAX_ENABLER_DEPTH = 5
@@ -92,21 +93,22 @@ class StepState:
     def available(self, kind: ArtifactKind) -> list[str]:
         """Tokens of ``kind``: the case's sequences (preferred first), then emitted outputs."""
         seqs = sorted((k for k, r in self.case.sequences.items() if r.kind == kind), key=self._seq_rank)
-        out = [f"@seq.{k}" for k in seqs]
+        out = [str(Token.seq(k)) for k in seqs]
         for s in sorted(self.steps, key=lambda s: self.rank(self.tools[s.tool])):  # stable: plan order in ties
-            out += [f"@node.{s.id}.{p.name}" for p in self.tools[s.tool].outputs if p.kind == kind]
+            out += [str(Token.node(s.id, p.name)) for p in self.tools[s.tool].outputs if p.kind == kind]
         return out
 
     def identity(self, token: str) -> str | None:
         """The sequence an artifact is a version of: its own for ``@seq``; for an output, that of
         the step's first input of the same kind (a resampled T1 is still T1); None: derived."""
-        scope, _, rest = token.partition(".")
-        if scope == "@seq":
-            return canonical_sequence(rest) or rest
-        sid, _, fld = rest.partition(".")
-        step = next((s for s in self.steps if s.id == sid), None)
+        tok = Token.try_parse(token)
+        if tok is None or tok.scope not in ("seq", "node"):
+            return None
+        if tok.scope == "seq":
+            return canonical_sequence(tok.name) or tok.name
+        step = next((s for s in self.steps if s.id == tok.name), None)
         spec = self.tools.get(step.tool) if step is not None else None
-        out = spec.output(fld) if spec is not None else None
+        out = spec.output(".".join(tok.path)) if spec is not None else None
         if out is None:
             return None
         src = next((step.args[p.name] for p in spec.inputs
@@ -140,16 +142,17 @@ def port_options(state: StepState, spec: ToolSpec, port: Any) -> list[str]:
     role are left out (unless none would be left: the compiler then says why)."""
     options = state.available(port.kind)
     identity = canonical_sequence(port.name)
-    same = [t for t in options if t.startswith("@seq.") and canonical_sequence(t[5:]) == identity]
+    seq = {t: n for t in options if (n := ref_name(t, "seq")) is not None}
+    same = [t for t in options if t in seq and canonical_sequence(seq[t]) == identity]
     if identity:  # never another sequence in its place (the offline Brain's rule too)
-        options = same + [t for t in options if not t.startswith("@seq.") and state.identity(t) in (None, identity)]
-    seqs = [t for t in options if t.startswith("@seq.")]
+        options = same + [t for t in options if t not in seq and state.identity(t) in (None, identity)]
+    seqs = [t for t in options if t in seq]
     options = _namesake(state, port, _one_field_per_step(state, port.name, options))
     if state.contract is not None:
         have = state.case.sequences
-        fit = [t for t in seqs if state.contract.role_problem(spec.name, port.name, t[5:], have) is None]
+        fit = [t for t in seqs if state.contract.role_problem(spec.name, port.name, seq[t], have) is None]
         if fit and len(fit) < len(seqs):
-            options = fit + [t for t in options if not t.startswith("@seq.")]
+            options = fit + [t for t in options if t not in seq]
     return [t for t in options if (spec.name, port.name, t) not in state.banned]
 
 
@@ -161,7 +164,8 @@ def _namesake(state: StepState, port: Any, options: list[str]) -> list[str]:
     denoised ``image`` is not what every image port wants)."""
     if port.kind == ArtifactKind.image or not _namesake_makers(state, port):
         return options
-    return [t for t in options if t.startswith("@node.") and t.split(".")[2] == port.name]
+    return [t for t in options if (tok := Token.try_parse(t)) is not None and tok.scope == "node"
+            and tok.field == port.name]
 
 
 def _namesake_makers(state: StepState, port: Any) -> list[ToolSpec]:
@@ -180,13 +184,13 @@ def _one_field_per_step(state: StepState, port: str, options: list[str]) -> list
     decision a model can make better than that rule (measured: SmolLM2 bound ``tc``/``wt``)."""
     out, seen = [], set()
     for t in options:
-        if not t.startswith("@node."):
+        sid = ref_name(t, "node")
+        if sid is None:
             out.append(t)
             continue
-        sid = t.split(".")[1]
         if sid in seen:
             continue
-        same = f"@node.{sid}.{port}"
+        same = str(Token.node(sid, port))
         out.append(same if same in options else t)
         seen.add(sid)
     return out
@@ -201,7 +205,7 @@ def _distinct_defaults(options: dict[str, list[str]]) -> dict[str, list[str]]:
     for port in sorted(options, key=lambda p: p not in ANCHOR_PORTS):
         opts = options[port]
         ranked = [t for t in opts if t not in taken] + [t for t in opts if t in taken]
-        if ranked and ranked[0].startswith("@seq."):
+        if ranked and ref_name(ranked[0], "seq") is not None:
             taken.add(ranked[0])
         out[port] = ranked
     return {p: out[p] for p in options}
@@ -394,7 +398,7 @@ def step_text(state: StepState) -> str:
         return "Plan so far: no steps yet."
     lines = ["Plan so far:"]
     for s in state.steps:
-        outs = ", ".join(f"@node.{s.id}.{p.name} ({p.kind.value})" for p in state.tools[s.tool].outputs)
+        outs = ", ".join(f"{Token.node(s.id, p.name)} ({p.kind.value})" for p in state.tools[s.tool].outputs)
         lines.append(f"- {s.id} = {s.tool}({', '.join(f'{k}={v}' for k, v in s.args.items())}) -> {outs}")
     return "\n".join(lines)
 
