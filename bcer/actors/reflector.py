@@ -35,6 +35,7 @@ from ..contracts.repair import HALT_AT_ONCE, Failure, Halt, Patch  # re-exported
 from ..contracts.task import TaskContract
 from ..contracts.workflow import Node, Workflow
 from ..engine.compiler import CompileError, resolve_registry, validate_node
+from ..contracts.tokens import Token, ref_name
 from ..engine.tokens import RUNTIME_KEYS, is_token, normalise_seq, parse_token
 from .events import PendingEvents
 
@@ -228,7 +229,7 @@ class Tier1:
         port, ref_port = reg.spec.input(arg), reg.spec.input(ref)
         if port is None or ref_port is None or port.kind.value != image or ref_port.kind.value != image:
             return None
-        if node.inputs[arg].startswith(f"@node.") and workflow.node(node.inputs[arg].split(".")[1]).tool == RESAMPLER:
+        if (up := ref_name(node.inputs[arg], "node")) is not None and workflow.node(up).tool == RESAMPLER:
             return None  # already regridded once: the mismatch is not one of grids
         taken = {n.id for n in workflow.nodes}
         new_id, i = f"regrid_{arg}_{node.id}", 2
@@ -237,7 +238,7 @@ class Tier1:
         insert = Node(id=new_id, tool=RESAMPLER, inputs={"image": node.inputs[arg], "reference": node.inputs[ref]},
                       params={"interpolator": "linear"}, why=f"{arg} of {node.id} onto the grid of {ref}")
         patch = self._patch(failure, f"{arg} is on another grid than {ref}: resampled onto it by {RESAMPLER}",
-                            inputs=dict(node.inputs, **{arg: f"@node.{new_id}.image"}))
+                            inputs=dict(node.inputs, **{arg: str(Token.node(new_id, "image"))}))
         return patch.model_copy(update={"action": "insert", "insert": insert})
 
     # -- value_range: clamp into bounds -----------------------------------------------------------------
@@ -322,12 +323,12 @@ def _repair_token(raw: str, options: list[str], node_ids: list[str]) -> str | No
         return None
     if tok.scope == "seq":
         want = normalise_seq(tok.name)
-        return next((o for o in options if o.startswith("@seq.") and want is not None
-                     and normalise_seq(o[5:]) == want), None)
+        return next((o for o in options if want is not None and (n := ref_name(o, "seq")) is not None
+                     and normalise_seq(n) == want), None)
     if tok.scope != "node":
         return None
     node_id = tok.name if tok.name in node_ids else _closest(tok.name, node_ids)
-    fields = {parse_token(o).field: o for o in options if o.startswith(f"@node.{node_id}.")}
+    fields = {parse_token(o).field: o for o in options if ref_name(o, "node") == node_id}
     field = tok.field if tok.field in fields else _closest(tok.field or "", list(fields))
     if field is None:
         field = next((f for f in fields if f.lower() == (tok.field or "").lower()), None)
@@ -412,7 +413,7 @@ class Reflector:
                                 "; ".join(str(x) for x in e.errors))
         except ValueError as e:
             return self._reject("patch for %s rejected: %s", failure.node.id, e)
-        if inserted is not None and not any(t.startswith(f"@node.{inserted.id}.") for t in node.inputs.values()):
+        if inserted is not None and not any(ref_name(t, "node") == inserted.id for t in node.inputs.values()):
             return self._reject("insert patch for %s does not use the inserted node %s", failure.node.id,
                                 inserted.id)
         if (inserted is None and patch.device is None and node.inputs == failure.node.inputs
@@ -433,13 +434,12 @@ class Reflector:
         if any(n.id == new.id for n in workflow.nodes):
             raise ValueError(f"inserted node id {new.id!r} already exists")
         below = workflow.downstream(failure.node.id) | {failure.node.id}
-        bad = [t for t in new.inputs.values() if isinstance(t, str) and t.startswith("@node.")
-               and parse_token(t).name in below]
+        bad = [t for t in new.inputs.values() if ref_name(t, "node") in below]
         if bad:
             raise ValueError(f"inserted node binds {bad[0]}, which is not upstream of {failure.node.id}")
         node = validate_node(workflow, new.model_copy(update={"required": failure.node.required}), case,
                              contract, registry=self._registry)
-        edges = [(parse_token(t).name, node.id) for t in node.inputs.values() if t.startswith("@node.")]
+        edges = [(up, node.id) for t in node.inputs.values() if (up := ref_name(t, "node")) is not None]
         wf = workflow.model_copy(update={"nodes": [*workflow.nodes, node], "edges": [*workflow.edges, *edges]})
         return node, wf
 

@@ -25,6 +25,7 @@ from typing import Any
 from ..contracts.case import Case
 from ..contracts.errors import ToolError
 from ..contracts.task import TaskContract
+from ..contracts.tokens import Token
 from ..contracts.workflow import Node, Workflow
 from ..engine.compiler import resolve_registry
 from .events import PendingEvents
@@ -77,7 +78,7 @@ def patch_schema(tool_name: str, available: Mapping[str, str] | None = None,
         for name in sorted(insert_tools):
             ins = reg[name].spec
             for out in ins.outputs:
-                extra.setdefault(out.kind.value, []).append(f"@node.{insert_id}.{out.name}")
+                extra.setdefault(out.kind.value, []).append(str(Token.node(insert_id, out.name)))
             branches.append({"type": "object", "additionalProperties": False, "required": ["tool"],
                              "properties": {"tool": {"const": name}, "inputs": _ports_object(ins, available),
                                             "params": _params_object(ins)}})
