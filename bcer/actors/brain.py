@@ -284,12 +284,12 @@ class _Builder:
         return ("tool", step.tool, tuple(ins))
 
     def _sig_of_token(self, tok: str) -> tuple:
-        parts = tok.split(".")
-        if len(parts) < 2 or parts[0] not in ("@seq", "@node"):  # a literal (e.g. a path): no producer
+        ref = Token.try_parse(tok)
+        if ref is None or ref.scope not in ("seq", "node"):  # a literal (e.g. a path): no producer
             return ("?", tok)
-        if parts[0] == "@seq":
-            return ("seq", parts[1])
-        step = next((s for s in self.steps if s.id == parts[1]), None)
+        if ref.scope == "seq":
+            return ("seq", ref.name)
+        step = next((s for s in self.steps if s.id == ref.name), None)
         return self._sig_of(step) if step is not None and step.tool in self.specs else ("?", tok)
 
 

@@ -20,6 +20,7 @@ from .. import metrics
 from ..contracts import Case, SequenceRef, TaskContract
 from ..metrics import box_iou
 from ..contracts.sequences import canonical_sequence
+from ..contracts.tokens import Token
 
 log = logging.getLogger(__name__)
 Metric = Callable[[Case, Path, TaskContract], "float | None"]
@@ -70,11 +71,12 @@ def source_sequence(case_dir: Path, deliverable: str) -> str | None:
     todo = [d["node"]] if d else []
     while todo:
         node = nodes[todo.pop(0)]
-        for tok in node["inputs"].values():
-            parts = tok.split(".")
-            if parts[0] == "@seq":
-                return parts[1]
-            todo.append(parts[1])
+        for value in node["inputs"].values():
+            tok = Token.try_parse(value)
+            if tok is not None and tok.scope == "seq":
+                return tok.name
+            if tok is not None and tok.scope == "node":
+                todo.append(tok.name)
     return None
 
 

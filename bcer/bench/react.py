@@ -399,17 +399,15 @@ class ScriptedReAct:
 
     def _render(self, value: str) -> str:
         """What a ReAct agent writes for a reference: the path/handle it stands for."""
-        if not (isinstance(value, str) and value.startswith("@")):
-            return value
-        parts = value[1:].split(".")
-        if parts[0] == "seq" and len(parts) == 2:
-            if parts[1] in self.case.sequences:
+        tok = Token.try_parse(value)
+        if tok is not None and tok.scope == "seq":
+            if tok.name in self.case.sequences:
                 from ..engine.binder import resolved_ref
 
-                return resolved_ref(self.case, parts[1]).path
-            return str(Path(self.case.root) / parts[1])
-        if parts[0] == "node" and len(parts) >= 3:
-            return str(self.out / "work" / f"{parts[1]}.{parts[2]}")
+                return resolved_ref(self.case, tok.name).path
+            return str(Path(self.case.root) / tok.name)
+        if tok is not None and tok.scope == "node":
+            return str(self.out / "work" / f"{tok.name}.{tok.field}")
         return value
 
     def _open_literal(self, port: str, path: str) -> tuple[Any, str]:
