@@ -191,12 +191,11 @@ def _identity_problem(ctx: _Ctx, step_id: str, port: Port, key: str) -> tuple[st
 
     Returns (message, sequence keys that would fit) or None.
     """
-    have = {_canon(k): k for k in ctx.case.sequences}
     got = _canon(key)
     named = normalise_seq(port.name)
-    if named and named in have and got != named:
+    if named and (own := ctx.case.sequence_key(named)) is not None and got != named:
         return (f"input {port.name!r} is the {named} input, but binds @seq.{key} (the case has {named})",
-                [have[named]])
+                [own])
     tool = ctx.producers.get(step_id)
     if ctx.contract is None or tool is None:
         return None
