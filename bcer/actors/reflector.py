@@ -168,13 +168,15 @@ class Tier1:
 
     def _fix_param_token(self, failure: Failure, arg: str, case: Case) -> Patch | None:
         raw = str(failure.node.params[arg])
+        # split by hand, not parsed: the token failed to resolve and may be malformed too
         scope, _, name = raw[1:].partition(".")
         keys = {"case": list(case.metadata), "runtime": list(RUNTIME_KEYS)}.get(scope, [])
         new = _closest(name, keys)
         if new is None:
             return None
-        params = dict(failure.node.params, **{arg: f"@{scope}.{new}"})
-        return self._patch(failure, f"param {arg}: {raw} -> @{scope}.{new}", params=params)
+        fixed = str(Token.case(new) if scope == "case" else Token.runtime(new))
+        params = dict(failure.node.params, **{arg: fixed})
+        return self._patch(failure, f"param {arg}: {raw} -> {fixed}", params=params)
 
     # -- schema: swapped inputs, unknown param name, invalid override --------------------------------
     def _fix_schema(self, failure: Failure, reg: Any, case: Case) -> Patch | None:
