@@ -45,4 +45,8 @@ def main(data: Path, out: Path, cache: Path, address: str) -> None:
 
 
 if __name__ == "__main__":
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test dumps our stacks if we hang
     main(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4])

@@ -33,9 +33,19 @@ N = 6
 
 
 def _start(data: Path, out: Path, cache: Path, address: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(Path(script.__file__)), str(data), str(out), str(cache), address],
-                            cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    """The driver, its output to a file: a pipe nobody reads fills up (the driver joins a cluster
+    whose workers' logs it receives) and blocks the driver's next write, so it could never exit."""
+    log = open(out.parent / f"driver-{time.monotonic_ns()}.log", "wb")
+    proc = subprocess.Popen([sys.executable, str(Path(script.__file__)), str(data), str(out), str(cache), address],
+                            cwd=ROOT, start_new_session=True, stdout=log, stderr=subprocess.STDOUT,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    proc.log_path = Path(log.name)  # type: ignore[attr-defined]
+    log.close()  # the child holds its own copy
+    return proc
+
+
+def _output(proc: subprocess.Popen, last: int = 6000) -> str:
+    return proc.log_path.read_bytes().decode(errors="replace")[-last:]  # type: ignore[attr-defined]
 
 
 def _done(out: Path) -> set[str]:
@@ -47,10 +57,22 @@ def _wait(proc: subprocess.Popen, until, what: str, limit: float = 240.0) -> Non
     t0 = time.monotonic()
     while not until():
         if proc.poll() is not None:
-            raise AssertionError(f"cohort process ended before {what}: {proc.stdout.read().decode()[-3000:]}")
+            raise AssertionError(f"cohort process ended before {what}: {_output(proc, 3000)}")
         if time.monotonic() - t0 > limit:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+def _exit_within(proc: subprocess.Popen, limit_s: float, what: str) -> None:
+    """Wait for the driver to end; if it does not, fail with its output and thread stacks."""
+    try:
+        proc.wait(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)  # faulthandler in _cohort_script: every thread's stack
+        time.sleep(1.0)  # let the dump reach the pipe before the kill (diagnostics only)
+        _killpg(proc, signal.SIGKILL)
+        raise AssertionError(f"driver still running {limit_s} s after {what}:\n"
+                             + _output(proc)) from None
 
 
 def _cached_unfinished(out: Path, cache: Path) -> bool:
@@ -93,7 +115,7 @@ def test_ctrl_c_then_sigkill_then_resume_matches_a_clean_run(ray_local, tmp_path
     try:
         _wait(proc, lambda: len(_done(out)) >= 2, "two finished cases")
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
+        _exit_within(proc, 120, "SIGINT")
     finally:
         _killpg(proc, signal.SIGKILL)
     done_1 = _done(out)
