@@ -49,4 +49,7 @@ if __name__ == "__main__":
     import signal
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test dumps our stacks if we hang
+    # Ctrl-C as in a terminal: a process started from a background job (CI, nohup) inherits SIGINT
+    # ignored, and Python then installs no KeyboardInterrupt handler; the test's SIGINT needs one
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     main(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4])
