@@ -33,10 +33,9 @@ from ..contracts.case import Case
 from ..contracts.errors import ErrorCode, ToolError
 from ..contracts.repair import HALT_AT_ONCE, Failure, Halt, Patch  # re-exported: they live in contracts
 from ..contracts.task import TaskContract
+from ..contracts.tokens import RUNTIME_KEYS, Token, is_token, normalise_seq, parse_token, ref_name
 from ..contracts.workflow import Node, Workflow
 from ..engine.compiler import CompileError, resolve_registry, validate_node
-from ..contracts.tokens import Token, ref_name
-from ..engine.tokens import RUNTIME_KEYS, is_token, normalise_seq, parse_token
 from .events import PendingEvents
 
 log = logging.getLogger(__name__)
@@ -576,11 +575,10 @@ def _actor_class() -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    """``ReflectorActor`` (= ``ray.remote(num_cpus=0)(Reflector)``) is built on first access,
-    so importing this module never imports ray."""
+    """``ReflectorActor`` (built on first access: importing this module never imports ray) and tier 2."""
     if name == "ReflectorActor":
         return _actor_class()
-    if name in ("LLMTier", "patch_schema", "repair_prompt"):  # tier 2 imports this module
+    if name in ("LLMTier", "patch_schema", "repair_prompt"):  # tier 2 loads only when asked for
         from . import reflector_llm
 
         return getattr(reflector_llm, name)

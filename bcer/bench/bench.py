@@ -242,9 +242,8 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
         ``{"config", "tasks": {id: summary}, "cases": [rows], "total_wall_s", "synth_s"}``.
     """
     from ..actors.bundles import bundle_read_roots, resolve_bundles
+    from ..actors.specs import Controller, check_planner, check_reflector
     from ..engine.cluster import ensure_ray
-
-    from ..actors.specs import check_planner, check_reflector
 
     ids = resolve_tasks(tasks)
     model_dirs = [str(d) for d in model_dirs]
@@ -267,8 +266,6 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
     cases = {t: _cases_for(t, n_cases, out, size, Path(data) if data else None, seed, family) for t in ids}
     synth_s = time.time() - t0
     resources = ensure_ray(address)
-    from ..actors.specs import Controller
-
     t1 = time.time()
     with Controller(planner, llm=llm, reflector_spec=reflector, llm_record=llm_record, address=address) as ctl:
         results = run_task_cases(cases, out, address, seed, max_in_flight, on_case_done, cache, node_timeout_s,
