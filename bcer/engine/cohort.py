@@ -369,7 +369,7 @@ class _Runner:
                 self._reject(job, case, trace, _internal(e), "failed", t0, traceback.format_exc())
 
     def _start(self, job: _Job, case: Case, trace: TraceWriter, t0: float, planned: tuple) -> None:
-        from .caserun import CaseRun
+        from .case.run import CaseRun
         from .context import RunContext
         from .outputs import write_plan
 

@@ -1,6 +1,6 @@
 """Value types shared by the executor, the case state machine and the cohort runner.
 
-Kept apart from ``executor`` and ``caserun`` so neither imports the other's module for them.
+Kept apart from ``executor`` and ``case.run`` so neither imports the other's module for them.
 """
 from __future__ import annotations
 

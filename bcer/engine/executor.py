@@ -8,7 +8,7 @@ once, chained by ObjectRefs, so independent branches overlap and a chain runs wi
 driver round trip per step. A ToolError goes to the repairer (the Reflector); a Patch is
 applied to the workflow and only the failed node and its not-yet-run descendants are
 resubmitted (finished upstream results stay in the object store). The worker that produced
-a deliverable writes and digests it; the driver records events (see ``engine.caserun``).
+a deliverable writes and digests it; the driver records events (see ``engine.case.run``).
 
 ``run_case_workflow`` drives one case with its own event loop; the cohort runner drives
 many cases from one loop (``engine.cohort``).
@@ -24,7 +24,7 @@ from ..contracts.case import Case
 from ..contracts.errors import ErrorCode, ToolError
 from ..contracts.task import TaskContract
 from ..contracts.workflow import Workflow
-from .caserun import CaseRun
+from .case.run import CaseRun
 from .context import CaseOutcome, RunContext, error_from_ray
 from .loop import EventLoop
 from .trace import TraceWriter, call_hooks

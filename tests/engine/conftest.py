@@ -15,7 +15,7 @@ import tests.engine._exec_tools  # noqa: F401  (registers xtoy.*)
 def case_run(ray_local) -> Callable[..., tuple[Any, Any, Any, Any]]:
     """``make(plan, case, out, run_id, repairer=False) -> (run, loop, trace, ctx)``: a CaseRun of
     the compiled ``plan`` (not started) writing to ``out/<case id>``, its event loop and trace."""
-    from bcer.engine.caserun import CaseRun
+    from bcer.engine.case.run import CaseRun
     from bcer.engine.compiler import compile_plan
     from bcer.engine.executor import RunContext
     from bcer.engine.loop import EventLoop

@@ -82,7 +82,7 @@ def test_deterministic_plan_is_reused_and_traced_per_case(ray_local, tmp_path):
 
 
 def test_llm_like_planner_per_case_and_any_exception_is_a_row(ray_local, tmp_path, monkeypatch):
-    import bcer.engine.finish as finish
+    import bcer.engine.case.finish as finish
 
     planner = ChattyPlanner()
     real = finish.finish_case

@@ -9,26 +9,27 @@ ENGINE = Path(__file__).resolve().parents[2] / "bcer" / "engine"
 
 
 def imported(path: Path) -> set[str]:
-    """Every module a file imports (relative imports resolved against bcer.engine)."""
+    """Every module a file imports (relative imports resolved against the file's package)."""
+    package = list(path.relative_to(ENGINE.parent.parent).with_suffix("").parts[:-1])
     out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
-            base = ["bcer", "engine"][: max(0, 2 - (node.level - 1))] if node.level else []
+            base = package[: len(package) - node.level + 1] if node.level else []
             mod = ".".join([*base, node.module] if node.module else base)
             out.add(mod)
             out |= {f"{mod}.{a.name}" for a in node.names}
     return out
 
 
-def test_no_import_loop_between_caserun_and_executor():
-    assert not any(m.startswith("bcer.engine.executor") for m in imported(ENGINE / "caserun.py"))
-    assert any(m.startswith("bcer.engine.caserun") for m in imported(ENGINE / "executor.py"))
+def test_no_import_loop_between_the_case_run_and_its_executor():
+    assert not any(m.startswith("bcer.engine.executor") for m in imported(ENGINE / "case" / "run.py"))
+    assert any(m.startswith("bcer.engine.case.run") for m in imported(ENGINE / "executor.py"))
 
 
 def test_repair_models_live_in_contracts_and_stay_importable_from_the_reflector():
-    from bcer.actors import reflector
+    from bcer.agents.repair import reflector
     from bcer.contracts import repair
 
     assert reflector.Failure is repair.Failure and reflector.Patch is repair.Patch and reflector.Halt is repair.Halt

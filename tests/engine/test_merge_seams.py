@@ -85,7 +85,7 @@ def test_missing_input_halts_the_case_before_any_node_runs(ray_local, tmp_path, 
 
 
 def test_backstop_never_cancels_a_node_still_queued(ray_local, tmp_path, monkeypatch):
-    import bcer.engine.caserun as caserun
+    import bcer.engine.case.run as caserun
 
     # six 1-CPU branches of 1.8 s on 2 CPUs run in three waves; the third waits ~3.6 s for a worker,
     # past the backstop (limit 2 s + max(grace, limit)), but each RUNS within its limit

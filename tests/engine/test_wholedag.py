@@ -58,7 +58,7 @@ def killed_and_clean(tmp_path: Path, case_id: str, **run_kw) -> tuple:
 
 
 def test_whole_dag_is_submitted_at_once(case_run, tmp_path):
-    from bcer.actors.reflector import Reflector
+    from bcer.agents.repair.reflector import Reflector
 
     case = make_case(tmp_path / "in")
     run, loop, trace, ctx = case_run(branchy(), case, tmp_path / "out", "dag-" + uuid.uuid4().hex[:6], Reflector())
@@ -78,7 +78,7 @@ def test_whole_dag_is_submitted_at_once(case_run, tmp_path):
 
 @pytest.mark.parametrize("fuse", [False, True])
 def test_repair_reruns_only_the_failed_node_and_its_descendants(ray_local, tmp_path, fuse):
-    from bcer.actors.reflector import Reflector
+    from bcer.agents.repair.reflector import Reflector
 
     cases = [make_case(tmp_path / "in", f"r{i}", value=float(i)) for i in range(2)]
     run_id = "rep-" + uuid.uuid4().hex[:6]
@@ -126,7 +126,7 @@ def test_fused_and_unfused_runs_give_identical_deliverables_and_provenance(ray_l
 
 
 def test_default_tool_time_limit_and_driver_backstop(ray_local, tmp_path, monkeypatch):
-    import bcer.engine.caserun as caserun
+    import bcer.engine.case.run as caserun
 
     case = make_case(tmp_path / "in", "slow")
     # xtoy.sleepy's own Resources.timeout_s (1 s) stops its 30-s sleep: no --node-timeout given

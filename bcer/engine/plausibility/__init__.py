@@ -2,7 +2,7 @@
 
 A contract lists the checks that apply to its deliverables (``plausibility:`` in its YAML,
 ``bcer.contracts.task.PlausibilityCheck``). After the contract's validators, the executor
-runs them (``bcer.engine.finish``): a delivered case that fails one ends ``implausible``
+runs them (``bcer.engine.case.finish``): a delivered case that fails one ends ``implausible``
 with SR 0, error code ``value_range`` and a message naming the check and the value; each
 check is a ``plausibility`` event; the cohort row lists every result.
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..contracts.errors import ErrorCode
-from . import outputs as out
-from .plausibility import CheckResult, failed, run_checks, summary_message
-from .validate import score, validate_deliverables
+from ...contracts.errors import ErrorCode
+from .. import outputs as out
+from ..plausibility import CheckResult, failed, run_checks, summary_message
+from ..validate import score, validate_deliverables
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def finish_case(run: Any, outcome_cls: type) -> Any:
         measurement_rows=out.case_records(run.written), repairs=run.repairs, sr=sr, tcr=tcr, validations=checks, workflow=run.wf,
         sr_delivered=sr_delivered, plausibility=[r.to_dict() for r in plaus])
     if getattr(run.ctx, "reviewer", None) is not None:  # R4 curation seam (engine/review.py), after validation
-        from .review import curate_in_run
+        from ..review import curate_in_run
 
         curate_in_run(run, status)
     run.trace.emit("case_finished", message=f"status={status}" + (

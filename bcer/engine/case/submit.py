@@ -1,7 +1,7 @@
 """Submitting a case's nodes: which are ready, where each runs, the spec its worker gets, and
 the ObjectRefs it is chained to.
 
-``CaseSubmit`` is the submission half of ``caserun.CaseRun`` (which mixes it in, as it mixes in
+``CaseSubmit`` is the submission half of ``case.run.CaseRun`` (which mixes it in, as it mixes in
 ``CaseRepair``): it reads the run's dependencies, node states and refs, places each node
 (``engine.placement``), builds the worker's spec (tool, resolved params, ports and where each
 comes from, the metas it waits on, the deliverables it writes) and hands it to Ray or to the
@@ -14,14 +14,14 @@ import sys
 import time
 from typing import Any
 
-from ..contracts.errors import ErrorCode, ToolError
-from ..contracts.workflow import Node
-from ..tools.registry import get_tool, validate_params
-from .binder import resolve_params, runtime_values, sequence_key
-from .models import serving
-from .placement import Placement, place, task_name, task_options
-from .segments import submit_segment
-from .tokens import parse_token
+from ...contracts.errors import ErrorCode, ToolError
+from ...contracts.workflow import Node
+from ...tools.registry import get_tool, validate_params
+from ..binder import resolve_params, runtime_values, sequence_key
+from ..models import serving
+from ..placement import Placement, place, task_name, task_options
+from ..segments import submit_segment
+from ..tokens import parse_token
 
 
 class CaseSubmit:
@@ -53,7 +53,7 @@ class CaseSubmit:
         return self.ctx.node_timeout_s or getattr(node.resources, "timeout_s", None)
 
     def _submit(self, node: Node) -> None:
-        from .remote import remote_node, submit
+        from ..remote import remote_node, submit
 
         attempt = self.runs.get(node.id, 0) + 1
         server = self.ctx.model_server

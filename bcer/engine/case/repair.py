@@ -1,7 +1,7 @@
 """A case's failures: local repair of only the failed node (and its descendants), the one
 retry of a timed-out node, giving up, and halting the case.
 
-``CaseRepair`` is the failure half of ``caserun.CaseRun`` (which mixes it in): it reads and
+``CaseRepair`` is the failure half of ``case.run.CaseRun`` (which mixes it in): it reads and
 changes the run's node states, trace and workflow, asks the run's repairer (the engine's
 repair protocol, ``engine.repair``; the Reflector implements it) and leaves resubmission to
 ``CaseRun._submit_ready``.
@@ -11,11 +11,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..contracts.errors import ToolError
-from ..contracts.workflow import Node
-from . import repair as rp
-from .binder import node_dependencies
-from .trace import call_hooks
+from ...contracts.errors import ToolError
+from ...contracts.workflow import Node
+from .. import repair as rp
+from ..binder import node_dependencies
+from ..trace import call_hooks
 
 _TIMEOUT_RETRIES = 1  # a timed-out node is re-submitted unchanged this many times
 

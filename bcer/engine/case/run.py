@@ -28,23 +28,23 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from ..contracts.artifacts import ArtifactKind
-from ..contracts.case import Case
-from ..contracts.errors import ErrorCode, ToolError
-from ..contracts.task import TaskContract
-from ..contracts.workflow import Deliverable, Node, Workflow
-from ..tools.registry import get_tool
-from . import repair as rp
-from .binder import node_dependencies, resolved_ref, sequence_key
-from .caserepair import CaseRepair
-from .casesubmit import CaseSubmit
-from .context import CaseOutcome, RunContext, error_from_ray
-from .fusion import on_fused_result, submit_fused
-from .outputs import case_records
-from .segments import check_segment_deadlines, in_segment, observe, on_segment_result
-from .placement import loader_options
-from .tokens import parse_token
-from .trace import TraceWriter, call_hooks
+from ...contracts.artifacts import ArtifactKind
+from ...contracts.case import Case
+from ...contracts.errors import ErrorCode, ToolError
+from ...contracts.task import TaskContract
+from ...contracts.workflow import Deliverable, Node, Workflow
+from ...tools.registry import get_tool
+from .. import repair as rp
+from ..binder import node_dependencies, resolved_ref, sequence_key
+from .repair import CaseRepair
+from .submit import CaseSubmit
+from ..context import CaseOutcome, RunContext, error_from_ray
+from ..fusion import on_fused_result, submit_fused
+from ..outputs import case_records
+from ..segments import check_segment_deadlines, in_segment, observe, on_segment_result
+from ..placement import loader_options
+from ..tokens import parse_token
+from ..trace import TraceWriter, call_hooks
 
 log = logging.getLogger(__name__)
 _SEQ_GET_TIMEOUT_S = 30.0  # a sequence already loaded is in shared memory: milliseconds, unless lost
@@ -64,7 +64,7 @@ class CaseRun(CaseRepair, CaseSubmit):
     def __init__(self, workflow: Workflow, case: Case, ctx: RunContext, contract: TaskContract | None,
                  repairer: Any, hooks: list, trace: TraceWriter, loop: Any, cluster: dict[str, float],
                  on_done: Callable[["CaseRun"], None] | None = None):
-        from .sandbox import Sandbox
+        from ..sandbox import Sandbox
 
         # the compiled workflow may be shared by many cases: copied only when a patch changes it
         self.wf = workflow if workflow.case_id == case.id else workflow.model_copy(update={"case_id": case.id})
@@ -73,7 +73,7 @@ class CaseRun(CaseRepair, CaseSubmit):
         self.hooks, self.trace, self.loop, self.cluster = hooks, trace, loop, cluster
         self.repairer, self.on_done = repairer, on_done  # a repairer, a pool, None (default) or False
         self._resolved_repairer: Any = None
-        assets = Path(__file__).resolve().parents[1] / "assets"  # shipped bundles are read-only inputs
+        assets = Path(__file__).resolve().parents[2] / "assets"  # shipped bundles are read-only inputs
         self.read_roots = (str(assets), *map(str, getattr(ctx, "read_roots", ())))
         self.sandbox = Sandbox(case.root, ctx.output_dir, read_roots=self.read_roots)
         self.status: dict[str, str] = {n.id: "pending" for n in self.wf.nodes}
@@ -230,7 +230,7 @@ class CaseRun(CaseRepair, CaseSubmit):
         if not self.ctx.node_timeout_s:
             return {}
         if self.clock is None:
-            from .clock import node_clock
+            from ..clock import node_clock
 
             self.clock = node_clock()
         return {"clock": self.clock, "clock_key": self._clock_key(node_id, gen)}
@@ -248,7 +248,7 @@ class CaseRun(CaseRepair, CaseSubmit):
             running = ray.get(self.clock.running_for.remote(list(asked.values())), timeout=10)
         except Exception as e:  # no clock answer: fall back on the time since ready, get a new clock
             log.warning("node clock unavailable (%s); timing nodes from when they were ready", type(e).__name__)
-            from .clock import node_clock
+            from ..clock import node_clock
 
             self.clock = node_clock(fresh=True)
             return {}
@@ -292,7 +292,7 @@ class CaseRun(CaseRepair, CaseSubmit):
                 self._load_sequence(key)
 
     def _load_sequence(self, key: str) -> None:
-        from .remote import remote_loader, submit
+        from ..remote import remote_loader, submit
 
         ref = resolved_ref(self.case, key)
         try:
@@ -412,7 +412,7 @@ class CaseRun(CaseRepair, CaseSubmit):
             self.trace.emit("deliverable", node=node.id, tool=node.tool, message=Path(w["files"][0]).name)
         self.measurements.update(meta.get("measurements") or {})
         for w in self._reviewed_writes(node):  # R4: the driver reviews the report, then writes it
-            from .review import submit_review
+            from ..review import submit_review
 
             self._watch(("review", node.id, w["name"]), submit_review(self, node, w))
         now = time.time()
@@ -496,7 +496,7 @@ class CaseRun(CaseRepair, CaseSubmit):
         """The value of a node's output field (from the object store; blocks until it exists)."""
         import ray
 
-        from .noderun import _pluck
+        from ..noderun import _pluck
 
         ref, path = self.refs[node_id][field]
         return _pluck(ray.get(ref), tuple(path))
