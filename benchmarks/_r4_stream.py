@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bcer.actors.r4 import LLMDrafter, R4Config, R4Loop, TemplateDrafter, penalty  # noqa: E402
 from bcer.bench.report_inputs import REPORT_TASKS, report_inputs  # noqa: E402
-from bcer.tools.reporting import build_evidence  # noqa: E402
+from bcer.tools.report import build_evidence  # noqa: E402
 
 
 def make_drafter(spec: str | None):

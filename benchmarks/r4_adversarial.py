@@ -50,8 +50,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bcer.contracts.artifacts import Classification, Finding, Findings, Table  # noqa: E402
-from bcer.tools.reporting.evidence import Evidence, build_evidence  # noqa: E402
-from bcer.tools.reporting.prose import Box, Draft  # noqa: E402
+from bcer.tools.report.evidence import Evidence, build_evidence  # noqa: E402
+from bcer.tools.report.prose import Box, Draft  # noqa: E402
 
 DOMAINS = ("brain", "prostate", "cardiac")
 KINDS = ("unit_scale", "value_shift", "fabricated", "compound_negation", "absent_with_volume", "grade_word",

@@ -30,7 +30,7 @@ from bcer.actors.r4 import ISSUE_TYPES, R4Config, R4Loop, reflect  # noqa: E402
 from bcer.bench.report_errors import TYPES, corrupt, matches, paraphrase  # noqa: E402
 from bcer.bench.report_inputs import REPORT_TASKS, report_inputs  # noqa: E402
 from bcer.metrics import box_iou  # noqa: E402
-from bcer.tools.reporting import build_evidence, realise  # noqa: E402
+from bcer.tools.report import build_evidence, realise  # noqa: E402
 
 
 class _Given:

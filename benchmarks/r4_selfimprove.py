@@ -29,7 +29,7 @@ from _r4_stream import make_drafter, run_case, stream
 from bcer.actors.memory import MemoryClient, MemoryService
 from bcer.actors.r4.reviewer import R4Reviewer, prose_text, structure_key
 from bcer.memory import Exemplar
-from bcer.tools.reporting import render_report
+from bcer.tools.report import render_report
 
 
 def _structure(ev, draft) -> str:

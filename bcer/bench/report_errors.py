@@ -26,9 +26,9 @@ from typing import Any, Callable
 import numpy as np
 
 from ..actors.r4.reflect import concept_mentions
-from ..tools.reporting.evidence import Evidence
-from ..tools.reporting.lexicon import CHAMBER, LINKED_NUMBER, SIDE, ZONE, ZONE_CODES, ZONE_WORDS, swap_side
-from ..tools.reporting.prose import _ACDC_TEXT, Box, Draft, value_text
+from ..tools.report.evidence import Evidence
+from ..tools.report.lexicon import CHAMBER, LINKED_NUMBER, SIDE, ZONE, ZONE_CODES, ZONE_WORDS, swap_side
+from ..tools.report.prose import _ACDC_TEXT, Box, Draft, value_text
 
 TYPES = ("laterality", "negation", "unsupported", "contradiction", "missing", "localization")
 

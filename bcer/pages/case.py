@@ -310,7 +310,7 @@ def _methods(provenance: dict[str, Any]) -> str:
     """Each node's method (its card in provenance.json) and flags: a low-confidence segmentation
     or an ED/ES near tie in red, with the research-use line when a default method ran."""
     from ..tools.methods import MethodCard
-    from ..tools.reporting.header import DISCLAIMER
+    from ..tools.report.header import DISCLAIMER
 
     nodes: dict[str, dict[str, Any]] = {}
     for d in (provenance.get("deliverables") or {}).values():

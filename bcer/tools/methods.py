@@ -12,7 +12,7 @@ The engine stamps each output with ``meta["lineage"]`` (:func:`stamp_lineage`): 
 upstream of it, with its tool, card, the inputs it read (a series name for ``@seq.*``, the
 node for ``@node.*``) and its flags (``meta["flags"]``: a near-tie ED/ES choice, a
 low-confidence segmentation). A report reads its inputs' lineage to open with the methods
-and series behind its numbers (:mod:`bcer.tools.reporting.header`); provenance records each
+and series behind its numbers (:mod:`bcer.tools.report.header`); provenance records each
 node's card.
 """
 from __future__ import annotations

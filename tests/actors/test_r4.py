@@ -12,8 +12,8 @@ from bcer.actors.r4 import (WEIGHTS, LLMDrafter, R4Config, R4Loop, count_by_type
                             route)
 from bcer.bench.report_inputs import report_inputs
 from bcer.metrics import box_iou
-from bcer.tools.reporting import build_evidence, realise
-from bcer.tools.reporting.prose import Box, Draft
+from bcer.tools.report import build_evidence, realise
+from bcer.tools.report.prose import Box, Draft
 
 
 @pytest.fixture(scope="module")

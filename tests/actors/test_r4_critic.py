@@ -15,8 +15,8 @@ from bcer.actors.r4.reviewer import R4Reviewer
 from bcer.contracts.artifacts import Classification, Finding, Findings, Report, Table
 from bcer.engine.outputs import measurement_records
 from bcer.engine.review import ReviewRequest
-from bcer.tools.reporting import build_evidence
-from bcer.tools.reporting.prose import Draft, evidence_boxes
+from bcer.tools.report import build_evidence
+from bcer.tools.report.prose import Draft, evidence_boxes
 
 
 def _o(art, node, fld):

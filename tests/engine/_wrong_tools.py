@@ -12,7 +12,7 @@ import numpy as np
 from bcer.contracts import Cine, Finding, Findings, Image, KSpace, Mask, Table, Transform
 from bcer.contracts.geometry import vox2world
 from bcer.tools.cardiac import EdEsParams, ed_es
-from bcer.tools.detect import LesionParams, prostate_lesions
+from bcer.tools.detect.prostate_lesions import LesionParams, prostate_lesions
 from bcer.tools.quant import CardiacFunctionParams, cardiac_function
 from bcer.tools.recon.sense import SenseParams, sense
 from bcer.tools.registry import tool

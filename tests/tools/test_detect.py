@@ -156,7 +156,7 @@ def test_bench_cases_through_the_plan(seed: int, n_lesions: int) -> None:
 
 
 def test_normal_level_ignores_a_lesion_filling_the_zone() -> None:
-    from bcer.tools.detect_reference import _normal_level
+    from bcer.tools.detect.reference import _normal_level
 
     rng = np.random.default_rng(0)
     tz = np.r_[rng.normal(650, 20, 700), rng.normal(1200, 20, 300)]  # 70 % lesion
@@ -167,7 +167,7 @@ def test_normal_level_ignores_a_lesion_filling_the_zone() -> None:
 def test_noise_sd_from_neighbour_differences_ignores_structure() -> None:
     """A zone mask holding two tissue levels (a lesion, the other zone) has a wide spread of
     values, but its noise is what neighbour differences say."""
-    from bcer.tools.detect_reference import _noise_sd
+    from bcer.tools.detect.reference import _noise_sd
 
     rng = np.random.default_rng(1)
     a = np.where(np.arange(30)[:, None, None] < 15, 1700.0, 1100.0) + rng.normal(0, 40, (30, 30, 8))
@@ -228,7 +228,7 @@ def test_pz_lesion_read_against_its_own_zone(carve: bool) -> None:
 
 
 def test_split_levels_separates_touching_lesions_of_different_adc() -> None:
-    from bcer.tools.detect import _split_levels
+    from bcer.tools.detect.prostate_lesions import _split_levels
 
     a = np.full((20, 10, 6), 1200.0)
     a[2:9, 2:8, 1:5], a[9:17, 2:8, 1:5] = 930.0, 640.0  # two blocks in contact
@@ -267,7 +267,7 @@ def test_outline_keeps_off_a_neighbouring_lesion() -> None:
     first one's outline (one voxel around it, below half way to the reference) must not take
     the second one's voxels (randomised case ra055: a 4 mm PZ lesion next to a 20 mm one was
     swallowed, box IoU 0.009)."""
-    from bcer.tools.detect import _Maps, _outline
+    from bcer.tools.detect.prostate_lesions import _Maps, _outline
 
     a = np.full((20, 20, 8), 1500.0)
     a[3:10, 3:10, 2:6] = 800.0  # the large lesion
@@ -347,8 +347,8 @@ def _edge_case(a_val: float, d_val: float, where: tuple[slice, ...], b_value: fl
     tissue has ADC 1500 and DWI 100."""
     from scipy import ndimage
 
-    from bcer.tools.detect import LesionParams
-    from bcer.tools.detect_periprostatic import not_a_lesion
+    from bcer.tools.detect.prostate_lesions import LesionParams
+    from bcer.tools.detect.periprostatic import not_a_lesion
 
     shape = (20, 20, 6)
     inside = np.zeros(shape, bool)
@@ -403,7 +403,7 @@ def test_dwi_asked_of_low_adc_follows_the_b_value(a_val: float, d_val: float, b_
 
 
 def test_b_value_read_from_the_dwi_metadata() -> None:
-    from bcer.tools.detect_periprostatic import b_value as _b_value
+    from bcer.tools.detect.periprostatic import b_value as _b_value
 
     img = lambda meta: Image(np.zeros((2, 2, 2), np.float32), np.eye(4), meta)  # noqa: E731
     assert _b_value(img({"b_value": 1400})) == 1400.0
@@ -416,7 +416,7 @@ def test_normal_tissue_dwi_ignores_a_lesion_filling_the_zone() -> None:
     """A TZ two-thirds filled by a lesion (ADC 600, DWI 300; normal TZ ADC 1200, DWI 100): the
     zone's median DWI is the lesion's, its normal-tissue DWI is the normal tissue's (100 +- 2),
     so the lesion reads as 3x its zone (randomised ra072, a 22.5 mm TZ lesion, read 1.05x)."""
-    from bcer.tools.detect_reference import _references
+    from bcer.tools.detect.reference import _references
 
     rng = np.random.default_rng(0)
     shape = (12, 12, 6)
@@ -462,7 +462,7 @@ def test_a_mask_one_voxel_too_large_adds_no_false_positive(seed: int) -> None:
 def _border_outline(lesion_t2: float, use_band: bool) -> tuple[np.ndarray, np.ndarray]:
     """``_refine_on_t2`` on a lesion (rows 4-9) inside a TZ of T2 210 whose last normal row (10)
     the zone masks label PZ (PZ normal 530); returns the outline and the truth lesion."""
-    from bcer.tools.detect import _refine_on_t2
+    from bcer.tools.detect.prostate_lesions import _refine_on_t2
 
     shape = (16, 12, 3)
     rng = np.random.default_rng(1)
@@ -500,7 +500,7 @@ def test_t2_outline_band_keeps_a_pz_lesion_at_the_border(lesion_t2: float) -> No
     the band: at T2 240 the TZ is darker than the lesion and gives no cut, so the band keeps the
     PZ's; at 100 the band's cut is the TZ's (155), still above the lesion. Either way the
     outline is the lesion exactly."""
-    from bcer.tools.detect import _refine_on_t2
+    from bcer.tools.detect.prostate_lesions import _refine_on_t2
 
     shape = (16, 12, 3)
     rng = np.random.default_rng(2)
@@ -544,7 +544,7 @@ def test_tz_lesion_size_and_pirads_on_a_segmented_case() -> None:
 def test_t2_parts_splits_separate_dark_parts_and_joins_specks() -> None:
     """Two T2-dark blobs two voxels apart and a one-voxel speck: two parts, the speck with the
     nearer blob; a blob with only a speck beside it, or a single blob, stays whole."""
-    from bcer.tools.detect_outline import t2_parts
+    from bcer.tools.detect.outline import t2_parts
 
     out = np.zeros((20, 12, 4), bool)
     out[2:8, 3:9, 1:3], out[10:16, 3:9, 1:3] = True, True  # 72 voxels each, rows 8-9 between
@@ -561,7 +561,7 @@ def test_t2_parts_splits_separate_dark_parts_and_joins_specks() -> None:
 def test_adc_share_gives_each_adc_voxel_to_the_nearest_part() -> None:
     """ADC grid twice as coarse as the T2w grid and shifted by a transform: each ADC voxel of a
     component over both parts goes to the part under it; a part without ADC voxels: None."""
-    from bcer.tools.detect_outline import adc_share
+    from bcer.tools.detect.outline import adc_share
 
     t2_aff, adc_aff = np.diag([1.0, 1.0, 1.0, 1.0]), np.diag([2.0, 2.0, 1.0, 1.0])
     shift = np.eye(4)

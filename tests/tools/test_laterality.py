@@ -142,8 +142,8 @@ def _two_compartment_case(left_too: bool):
 def test_whole_tumour_multifocal_reaches_the_report() -> None:
     """Per-compartment rows cannot tell one tumour from two: meta["whole"] does, and the report
     says multifocal with each focus's side, while the R4 critic finds no issue in that draft."""
-    from bcer.actors.r4 import reflect
-    from bcer.tools.reporting import build_evidence, realise
+    from bcer.agents.r4 import reflect
+    from bcer.tools.report import build_evidence, realise
 
     single, multi = _two_compartment_case(False), _two_compartment_case(True)
     assert single.meta["whole"]["side"] == "R" and single.meta["whole"]["multifocal"] is False

@@ -13,7 +13,7 @@ from bcer.datasets.brain import make_brain
 from bcer.datasets.cardiac import make_cardiac
 from bcer.tools.methods import MethodCard, default_card, network_card, stamp_lineage
 from bcer.tools.registry import call_tool
-from bcer.tools.reporting.header import DISCLAIMER, METADATA_OPEN, strip_metadata
+from bcer.tools.report.header import DISCLAIMER, METADATA_OPEN, strip_metadata
 from bcer.tools.seg.bundle import SHIPPED_DIR
 from bcer.tools.seg.confidence import THRESHOLDS, dice_by_label
 
@@ -112,7 +112,7 @@ def test_flags_reach_the_report_header_and_the_case_page() -> None:
     from bcer.contracts.artifacts import Table
     from bcer.pages.case import _methods
     from bcer.pages.html import markdown
-    from bcer.tools.reporting.header import header_lines, header_of
+    from bcer.tools.report.header import header_lines, header_of
 
     seg = MethodCard(name="cardiac_unet2d", version="0.3.0", kind="network", default=True, validated_on_real=False)
     flags = {"near_tie": {"flagged": True, "detail": "ES frame 7 vs runner-up 8"},

@@ -104,12 +104,12 @@ def test_recon_task_accepts_any_organ_and_keeps_recon_cardiac(tmp) -> None:
 
 
 def test_offline_brain_plans_recon_for_a_knee_file() -> None:
-    from bcer.actors.brain import OfflineBrain
+    from bcer.agents.planners.offline import OfflinePlanner
     from bcer.engine.planning import plan_and_compile
 
     knee = Case(id="k", root="/nonexistent", domain="knee",
                 sequences={"KSPACE": SequenceRef(path="/nonexistent/k.h5", format="fastmri_h5", kind="kspace")})
-    sketch, wf, _ = plan_and_compile(OfflineBrain(), load_contract("recon").goal, knee, load_contract("recon"))
+    sketch, wf, _ = plan_and_compile(OfflinePlanner(), load_contract("recon").goal, knee, load_contract("recon"))
     assert sketch.domain == "knee" and {n.milestone for n in wf.nodes} == {"reconstruction"}
 
 

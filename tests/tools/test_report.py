@@ -15,7 +15,7 @@ from bcer.datasets.brain import make_brain
 from bcer.datasets.cardiac import make_cardiac
 from bcer.datasets.prostate import make_prostate
 from bcer.tools.registry import call_tool
-from bcer.tools.reporting.header import strip_metadata
+from bcer.tools.report.header import strip_metadata
 
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
@@ -134,7 +134,7 @@ def test_brain_report_and_defaults() -> None:
 
 
 def test_brain_table_bound_to_both_ports_is_printed_once() -> None:
-    """The offline Brain binds the one features table to measurements AND features; the report
+    """The offline planner binds the one features table to measurements AND features; the report
     used to print the compartment block twice."""
     ph = make_brain("r", 15, size="small", grade="LGG")
     feats = _run("feat", "quant.roi_features", {"image": ph.sequences["T1c"], "mask": ph.labels["seg"]})["features"]
@@ -176,8 +176,8 @@ def _randomised_chain(seed: int, ed_frame: int | None = None):
 
 
 def test_cardiac_report_states_phases_within_the_noise() -> None:
-    from bcer.actors.r4 import reflect
-    from bcer.tools.reporting import build_evidence, realise
+    from bcer.agents.r4 import reflect
+    from bcer.tools.report import build_evidence, realise
 
     ph, phases, fn, cls, rep = _randomised_chain(6031)
     row = fn.rows[0]
@@ -194,7 +194,7 @@ def test_cardiac_report_states_phases_within_the_noise() -> None:
     assert reflect(realise(ev), ev) == []  # the R4 Reflector accepts the sentence
     # a draft without the doubt (an LLM's, an older exemplar's plan) misses required facts and
     # gets the template's sentence inserted
-    from bcer.actors.r4 import repair
+    from bcer.agents.r4 import repair
 
     draft = realise(ev)
     draft.findings = [s for s in draft.findings if "does not clearly separate" not in s]

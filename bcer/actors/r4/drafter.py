@@ -15,8 +15,8 @@ from typing import Annotated, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from ...tools.reporting.evidence import Evidence
-from ...tools.reporting.prose import Box, Draft, num, realise, unit_text
+from ...tools.report.evidence import Evidence
+from ...tools.report.prose import Box, Draft, num, realise, unit_text
 from .router import Route
 
 log = logging.getLogger(__name__)

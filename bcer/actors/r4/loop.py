@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...tools.reporting.evidence import Evidence
-from ...tools.reporting.prose import Draft
+from ...tools.report.evidence import Evidence
+from ...tools.report.prose import Draft
 from .drafter import Drafter, TemplateDrafter
 from .issues import Issue, count_by_type, penalty
 from .opinion import LLMSecondOpinion

@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ...tools.reporting.evidence import Evidence
-from ...tools.reporting.prose import Draft, num
+from ...tools.report.evidence import Evidence
+from ...tools.report.prose import Draft, num
 from .issues import Fix, Issue
 
 UNGROUNDED = "states nothing the evidence holds"  # the rules' words for what they could not read

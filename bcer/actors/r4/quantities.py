@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ...tools.reporting.evidence import Evidence, Fact
-from ...tools.reporting.lexicon import CHAMBER, LESION_ID, side_of
+from ...tools.report.evidence import Evidence, Fact
+from ...tools.report.lexicon import CHAMBER, LESION_ID, side_of
 
 # unit text (lower case) -> (dimension, factor to the dimension's base unit)
 UNITS: dict[str, tuple[str, float]] = {

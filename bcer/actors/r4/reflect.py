@@ -24,13 +24,13 @@ from functools import lru_cache
 from typing import Iterable
 
 from ...metrics import box_iou
-from ...tools.reporting.evidence import Evidence
-from ...tools.reporting.lexicon import (ACDC_CODE, ACDC_PHRASE, CATEGORY_LIKELIHOOD, CHAMBER, CLAUSE, CODE, CONCEPTS,
+from ...tools.report.evidence import Evidence
+from ...tools.report.lexicon import (ACDC_CODE, ACDC_PHRASE, CATEGORY_LIKELIHOOD, CHAMBER, CLAUSE, CODE, CONCEPTS,
                                         DOMAIN_CONCEPTS, GRADE, LESION_ID, LIKELIHOOD, LIKELIHOOD_CATEGORY,
                                         LINKED_NUMBER, METADATA, NEG_PREFIX, NEG_SUFFIX, NEGATION, PIRADS,
                                         PIRADS_VERSION, SIDE, SUBJECTS, UNSUPPORTED_FINDINGS, WHO_GRADE, ZONE,
                                         ZONE_CODES, ZONE_WORDS, side_of, who_grade, with_side)
-from ...tools.reporting.prose import Draft, default_plan, num, slot_sentences, unit_text, value_text
+from ...tools.report.prose import Draft, default_plan, num, slot_sentences, unit_text, value_text
 from .issues import Fix, Issue
 from .quantities import _unit, fact_dim, ground, quantities
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ...tools.reporting.evidence import Evidence
-from ...tools.reporting.prose import Box, Draft
+from ...tools.report.evidence import Evidence
+from ...tools.report.prose import Box, Draft
 from .issues import Issue, penalty
 from .reflect import reflect
 
@@ -93,7 +93,7 @@ class LLMWordingTier:
 
     def rewrite(self, draft: Draft, ev: Evidence, issues: list[Issue],
                 decimals: int = 1) -> tuple[Draft, dict[str, Any] | None]:
-        from ...tools.reporting.prose import num
+        from ...tools.report.prose import num
 
         facts = "\n".join(f"- {f.key} ({f.entity}): {num(f, decimals)}" for f in ev.facts.values() if f.required)
         problems = "\n".join(f"- {i.type} in {i.section} sentence {i.sentence}: {i.message}" for i in issues)

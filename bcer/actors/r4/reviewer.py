@@ -16,9 +16,9 @@ from ...contracts.artifacts import Report
 from ...contracts.task import load_contract
 from ...engine.review import CurateRequest, ReviewRequest, ReviewResult
 from ...memory import Exemplar
-from ...tools.reporting import build_evidence, render_report
-from ...tools.reporting.evidence import _PHASE_DOUBT as PHASE_DOUBT_FACTS
-from ...tools.reporting.prose import Box, Draft
+from ...tools.report import build_evidence, render_report
+from ...tools.report.evidence import _PHASE_DOUBT as PHASE_DOUBT_FACTS
+from ...tools.report.prose import Box, Draft
 from ..memory import MemoryClient
 from .drafter import LLMDrafter, TemplateDrafter
 from .loop import R4Config, R4Loop

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ...tools.reporting.evidence import Evidence
+from ...tools.report.evidence import Evidence
 
 SPECIALISATION = {"brain": "neuro-oncology", "prostate": "prostate", "cardiac": "cardiology"}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import ndimage
 
-from ..contracts.geometry import vox2world
+from ...contracts.geometry import vox2world
 
 _CONN = np.ones((3, 3, 3), bool)
 

@@ -3,11 +3,11 @@
 The report reads like a radiology report (Findings in prose per compartment, chamber or
 lesion; a bulleted Impression) and keeps the audit appendices (each measurement table once,
 lesion boxes, the decision rules). Every number is written by one function
-(``reporting.prose.num``) that follows it with its evidence link `` `[node.field.key]` ``: the
+(``prose.num``) that follows it with its evidence link `` `[node.field.key]` ``: the
 node and output field it came from (``meta["origin"]`` set by the executor, else the port
 name) and the key inside that artifact; ``Report.evidence`` lists them in order of
 appearance. This tool writes the deterministic template draft; the R4 loop
-(``bcer.actors.r4``) may replace it with a reflected and repaired draft.
+(``bcer.agents.r4``) may replace it with a reflected and repaired draft.
 """
 from __future__ import annotations
 
@@ -16,10 +16,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..contracts.artifacts import Classification, Findings, Report, Table
-from ..contracts.errors import ErrorCode, ToolError
-from .registry import tool
-from .reporting import build_evidence, realise, render_report
+from ...contracts.artifacts import Classification, Findings, Report, Table
+from ...contracts.errors import ErrorCode, ToolError
+from ..registry import tool
+from .evidence import build_evidence
+from .prose import realise
+from .render import render_report
 
 log = logging.getLogger(__name__)
 

@@ -63,7 +63,7 @@ UNSUPPORTED_FINDINGS = re.compile(
     r"\blate (?:gadolinium )?enhancement\b|\bLGE\b|\bthromb\w*|\bregurgita\w*|\bstenos\w*|\batri(?:um|al)\b|"
     r"\baort\w*|\bvalv\w*|\bpleural\b|\baneurysm\w*", re.IGNORECASE)
 # a header, disclaimer or evidence table line: metadata, not a finding to check
-# (the header and Evidence sections of bcer.tools.reporting.header, between <!-- bcer:metadata --> markers)
+# (the header and Evidence sections of bcer.tools.report.header, between <!-- bcer:metadata --> markers)
 METADATA = re.compile(r"^\s*(?:<!--\s*/?bcer:metadata|\[\^\d+\]:|research use only\b|\*\*research use only|"
                       r"-\s+(?:case|input series|method|bcer(?: version)?|run date|date|flags?)\s*:)", re.IGNORECASE)
 CLAUSE = re.compile(r"[;:,]|\bbut\b|\bwhile\b|\bwhereas\b")

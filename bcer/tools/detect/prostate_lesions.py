@@ -41,7 +41,7 @@ evidence on both zones here, T2w sets each lesion's outline and its T2 ratio):
    that touches none of the first reading's is kept when it is a PZ lesion: mostly PZ on the
    ADC grid and on the T2w zones (TZ tissue labelled PZ at the border outlines on the TZ side
    of the finer T2w zones, and is dropped) (``_pz_reading``).
-5. What is not a lesion whatever the mask says (``detect_periprostatic.not_a_lesion``): a
+5. What is not a lesion whatever the mask says (``periprostatic.not_a_lesion``): a
    gland mask one voxel too large (within what two networks or two machines give) takes in
    periprostatic tissue that reads as restricted against the zone. Fat has a very low ADC but
    no DWI signal (``blackout_adc_ratio``; at a low b-value less DWI is asked,
@@ -56,7 +56,7 @@ evidence on both zones here, T2w sets each lesion's outline and its T2 ratio):
    by a voxel at its ends (its largest diameter, which PI-RADS compares with 15 mm). Where the
    outline holds two separate T2-dark parts of at least ``min_volume_ml`` each, they are
    two lesions (``t2_split``; the diffusion grid joined them), each with the ADC voxels
-   nearest to it (``detect_outline``).
+   nearest to it (``outline``).
 
 The noise SD comes from neighbour differences (tissue structure cancels); every size is in
 mL/mm, so the rule is the same on the small and full grids.
@@ -71,20 +71,20 @@ from scipy import ndimage
 from skimage.filters import threshold_otsu
 from skimage.morphology import convex_hull_image
 
-from ..contracts.artifacts import Finding, Findings, Image, Mask, Transform
-from ..contracts.errors import ErrorCode, ToolError
-from ..contracts.geometry import same_grid, vox2world
-from ._checks import require_ndim, require_nonempty, require_same_grid, require_volume
-from ._sitk import ras_to_transform
-from .detect_outline import adc_share, t2_parts
-from .detect_outline import refine_on_t2 as _refine_on_t2
-from .detect_params import LesionParams
-from .detect_periprostatic import b_value, not_a_lesion
-from .detect_reference import (ZONE_NAMES, _border_band, _interior, _noise_sd, _references, _robust, _smoothed,
-                               _zone_masks)
-from .quant import max_diameter_mm
-from .registry import tool
-from .resample import resample_onto
+from ...contracts.artifacts import Finding, Findings, Image, Mask, Transform
+from ...contracts.errors import ErrorCode, ToolError
+from ...contracts.geometry import same_grid, vox2world
+from .._checks import require_ndim, require_nonempty, require_same_grid, require_volume
+from .._sitk import ras_to_transform
+from ..quant import max_diameter_mm
+from ..registry import tool
+from ..resample import resample_onto
+from .outline import adc_share, t2_parts
+from .outline import refine_on_t2 as _refine_on_t2
+from .params import LesionParams
+from .periprostatic import b_value, not_a_lesion
+from .reference import (ZONE_NAMES, _border_band, _interior, _noise_sd, _references, _robust, _smoothed,
+                        _zone_masks)
 
 log = logging.getLogger(__name__)
 
@@ -317,7 +317,7 @@ def _t2_outline(on_t2: np.ndarray, gland: Mask, gl: np.ndarray, zo_t2: np.ndarra
                 normal_t2: dict[int, tuple[float, float]], on_grid: bool = False,
                 band_t2: np.ndarray | None = None) -> tuple[np.ndarray, bool] | None:
     """A lesion's outline on the T2w grid from its carried indicator ``on_t2``, and whether the
-    T2w cut set it (:func:`.detect_outline.refine_on_t2`); ``gl`` is the search area there
+    T2w cut set it (:func:`.outline.refine_on_t2`); ``gl`` is the search area there
     (gland and rim), ``zo_t2`` the zones with the rim given its nearest zone; ``on_grid``:
     diffusion was resampled onto the T2w grid. None when nothing of it is in ``gl``."""
     m = (on_t2 >= 0.5) & gl
@@ -373,7 +373,7 @@ def _finding(idx: int, m: np.ndarray, comp_adc: np.ndarray, a: np.ndarray, adc_a
 def _split_on_t2(outline: tuple[np.ndarray, bool], comp: np.ndarray, adc_aff: np.ndarray, gland: Mask,
                  matrix: np.ndarray, p: LesionParams) -> list[tuple[np.ndarray, np.ndarray]]:
     """(T2w outline, ADC voxels) per lesion: one pair, or one per separate lesion-sized part of
-    an outline the T2w cut set (``t2_split``; :func:`.detect_outline.t2_parts`)."""
+    an outline the T2w cut set (``t2_split``; :func:`.outline.t2_parts`)."""
     whole = [(outline[0], comp)]
     if not (outline[1] and p.t2_split):
         return whole

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy import ndimage
 
-from ..contracts.artifacts import Image
-from .quant import max_diameter_mm
+from ...contracts.artifacts import Image
+from ..quant import max_diameter_mm
 
 if TYPE_CHECKING:
-    from .detect_params import LesionParams
+    from .params import LesionParams
 
 
 def not_a_lesion(comp: np.ndarray, a: np.ndarray, d: np.ndarray, ref: np.ndarray, dnorm: np.ndarray,
