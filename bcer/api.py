@@ -52,11 +52,11 @@ def make_planner(plan: str | Path | PlanSketch | None = None, planner: Any = Non
     elif plan is not None:
         planner = StaticPlanner.from_file(plan)
     elif planner is None:
-        from .actors.brain import OfflineBrain
+        from .agents.planners.offline import OfflinePlanner
 
-        planner = OfflineBrain()
+        planner = OfflinePlanner()
     if bundles:
-        from .actors.bundles import BundleBinder
+        from .agents.planners.bundles import BundleBinder
 
         planner = BundleBinder(planner, bundles)
     return planner
@@ -72,7 +72,7 @@ def report_reviewer(contract: TaskContract | None, r4: bool | str = True, memory
         return None
 
     def build():
-        from .actors.r4.reviewer import make_reviewer
+        from .agents.r4.reviewer import make_reviewer
 
         return make_reviewer(str(memory) if memory else None, llm=llm)
     return build
@@ -87,7 +87,7 @@ def _contract(task: str | TaskContract | None) -> TaskContract | None:
 def make_repairer(run_id: str, tiers: list | None = None) -> Any:
     """THE repairer pool of one run (Reflector actors, started on first failure); ``tiers``:
     the repair tiers (``Controller.tiers``; None: tier 1 only)."""
-    from .actors.reflector import reflector_pool
+    from .agents.repair.reflector import reflector_pool
 
     return reflector_pool(run_id, tiers=tiers) if tiers else reflector_pool(run_id)
 
@@ -116,8 +116,8 @@ class Study:
         r4: review report deliverables with the R4 loop (report tasks; default on).
         memory: exemplar-memory folder shared across cohorts (retrieval + curation); None: no memory.
         r4_llm: an ``LLMBackend`` the R4 drafter uses (None: the deterministic template drafter).
-        planner: a planner object, or ``"offline"`` | ``"llm"`` | ``"llm,offline"`` (LLM Brain,
-            offline Brain as fallback).
+        planner: a planner object, or ``"offline"`` | ``"llm"`` | ``"llm,offline"`` (LLM planner,
+            offline planner as fallback).
         llm: LLM backend spec (``http://HOST:PORT/v1#MODEL``, ``vllm:MODEL``, ``local``,
             ``replay:FILE``) or object, for an LLM planner and/or reflector tier.
         llm_record: append every LLM call to this JSONL file (replay with ``llm="replay:FILE"``).
@@ -174,8 +174,8 @@ class Study:
     def config(self, planner: Any = None):
         """The CohortConfig this study runs with (its repairer pool is built by ``run``).
         ``planner``: the run's planner (``run`` passes its controller's); default: ``self.planner``
-        when it is an object, else the offline Brain."""
-        from .actors.bundles import bundle_read_roots, resolve_bundles
+        when it is an object, else the offline planner."""
+        from .agents.planners.bundles import bundle_read_roots, resolve_bundles
         from .engine.cohort import CohortConfig
 
         contract = _contract(self.task)
@@ -202,7 +202,7 @@ class Study:
         """A factory of the bundle actor pool (built once Ray is up), or None."""
         if not (self.model_actors and bundles):
             return None
-        from .actors.model_actors import bundle_server_factory
+        from .agents.model_server import bundle_server_factory
 
         return bundle_server_factory(bundles, self.gpu_concurrency)
 
@@ -272,7 +272,7 @@ def select_cases(cases: list[Case], case_ids: Iterable[str] | None = None,
 
 def _controller(planner: Any, llm: Any, reflector: str, llm_record: str | Path | None, address: str | None):
     """llm: the planner/reflector/backend of a run from specs; a planner object is used as given."""
-    from .actors.specs import Controller
+    from .agents.specs import Controller
 
     spec = planner if isinstance(planner, str) or planner is None else "offline"
     ctl = Controller(spec or "offline", llm=llm, reflector_spec=reflector, llm_record=llm_record, address=address)
@@ -359,7 +359,7 @@ def plan_case(case: Case | str | Path, *, task: str | TaskContract | None = None
     """Plan and compile without running: returns (sketch, workflow, revisions).
     ``planner``/``llm``/``llm_record``/``params`` as for :class:`Study`; planning events (LLM calls,
     rejected plans, fallbacks) are appended to ``events`` when a list is given."""
-    from .actors.bundles import resolve_bundles
+    from .agents.planners.bundles import resolve_bundles
     from .engine.planning import plan_and_compile
 
     cases = [case] if isinstance(case, Case) else load_cases(case, layout, seq)

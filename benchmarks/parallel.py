@@ -1,6 +1,6 @@
 """Parallel speed: the nine-task bench on a local Ray cluster vs the same runs one after another.
 
-Both arms get the same cases (synthesised once) and the same plans (the offline Brain's,
+Both arms get the same cases (synthesised once) and the same plans (the offline planner's,
 compiled). The sequential arm is the BCER reference implementation's way: one process,
 every tool called directly in topological order, each case after the other, deliverables
 written and validated against the contract. The parallel arm is ``bcer bench``'s runner:
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bcer.actors.brain import OfflineBrain
+from bcer.agents.planners.offline import OfflinePlanner
 from bcer.bench.bench import resolve_tasks, run_task_cases
 from bcer.bench.cases import synth_task_cases
 from bcer.contracts import Case, TaskContract, ToolError, Workflow, load_contract
@@ -71,7 +71,7 @@ def run_sequential_case(case: Case, contract: TaskContract, out: Path) -> dict[s
     case_dir = out / case.id
     case_dir.mkdir(parents=True, exist_ok=True)
     try:
-        _, wf, _ = plan_and_compile(OfflineBrain(), contract.goal, case, contract)
+        _, wf, _ = plan_and_compile(OfflinePlanner(), contract.goal, case, contract)
         milestones = _execute(wf, case, case_dir)
     except ToolError as e:
         return {"case": case.id, "sr": 0, "tcr": 0.0, "error": f"{e.code.value}: {e.message}",

@@ -1,7 +1,7 @@
 """Plausibility on the bench phantoms: SR (delivered) vs SR (plausible) per task, every
 check's pass/fail/not-applicable counts and value range, and what the checks cost.
 
-Runs ``bcer bench`` (the offline Brain, all nine tasks by default) on phantoms, then re-runs
+Runs ``bcer bench`` (the offline planner, all nine tasks by default) on phantoms, then re-runs
 every contract's plausibility checks over the written deliverables to time them apart from
 the engine (they run in the driver when a case finishes); the per-check table is built
 from that re-run. A false alarm on these phantoms is a case whose deliverables validated but

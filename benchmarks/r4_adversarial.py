@@ -646,7 +646,7 @@ class _Given:
 
 
 def evaluate(seeds: range, wording: str) -> dict[str, Any]:
-    from bcer.actors.r4 import R4Config, R4Loop, reflect
+    from bcer.agents.r4 import R4Config, R4Loop, reflect
 
     kinds = {k: {"n": 0, "hit": 0, "repaired": 0, "false_clean": 0} for k in KINDS}
     doms = {d: {"n": 0, "hit": 0, "repaired": 0, "clean_reports": 0, "clean_flagged": 0} for d in DOMAINS}

@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bcer.actors.r4 import ISSUE_TYPES, R4Config, R4Loop, reflect  # noqa: E402
+from bcer.agents.r4 import ISSUE_TYPES, R4Config, R4Loop, reflect  # noqa: E402
 from bcer.bench.report_errors import TYPES, corrupt, matches, paraphrase  # noqa: E402
 from bcer.bench.report_inputs import REPORT_TASKS, report_inputs  # noqa: E402
 from bcer.metrics import box_iou  # noqa: E402

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 from _r4_stream import make_drafter, run_case, stream
 
-from bcer.actors.memory import MemoryClient, MemoryService
-from bcer.actors.r4.reviewer import R4Reviewer, prose_text, structure_key
+from bcer.agents.memory_actor import MemoryClient, MemoryService
+from bcer.agents.r4.reviewer import R4Reviewer, prose_text, structure_key
 from bcer.memory import Exemplar
 from bcer.tools.report import render_report
 

@@ -106,7 +106,7 @@ def test_bench_tables_show_sr_delivered_and_plausible_side_by_side():
 
 def _reviewed_case(tmp_path, task: str, i: int, done: bool) -> Path:
     """A case folder as a run leaves it: report.{md,json} reviewed by R4, result.json, _DONE."""
-    from bcer.actors.r4.reviewer import R4Reviewer
+    from bcer.agents.r4.reviewer import R4Reviewer
     from bcer.bench.report_inputs import report_inputs
     from bcer.engine.outputs import write_artifact
     from bcer.engine.review import ReviewRequest
@@ -158,20 +158,20 @@ def test_plan_with_a_recorded_llm_and_bad_controller_flags(tmp_path):
 
     import numpy as np
 
-    from bcer.actors.llm import make_backend
-    from bcer.actors.llm_brain import LLMBrain
+    from bcer.agents.llm import make_backend
+    from bcer.agents.planners.llm import LLMPlanner
     from bcer.api import load_cases, plan_case
     from bcer.contracts import Image
     from bcer.tools.io import write_nifti
 
-    fake = importlib.import_module("tests.actors._fake_llm")
+    fake = importlib.import_module("tests.agents._fake_llm")
     case_dir = tmp_path / "sub-01"
     for suffix in ("T2w", "FLAIR"):  # no T1: denoise's input is a choice between its alternatives
         write_nifti(Image(np.ones((6, 6, 4), np.float32), np.eye(4)), case_dir / "anat" / f"sub-01_{suffix}.nii.gz")
     rec = tmp_path / "calls.jsonl"
     answer = {"tool": "denoise.nlm", "args": {"image": "@seq.FLAIR"}}  # one step (step-by-step decoding)
     recording = make_backend(fake.ScriptedBackend([json.dumps(answer)]), record=rec)
-    plan_case(load_cases(case_dir)[0], task="denoise", planner=LLMBrain(recording))
+    plan_case(load_cases(case_dir)[0], task="denoise", planner=LLMPlanner(recording))
     code, out = invoke("plan", "--data", case_dir, "--task", "denoise", "--planner", "llm", "--llm", f"replay:{rec}")
     assert code == 0, out
     assert "denoise.nlm" in out and "llm_call" in out and "plan_accepted" in out

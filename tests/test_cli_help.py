@@ -45,7 +45,7 @@ def test_version_and_short_help_everywhere():
 
 
 def test_help_lists_the_choices_and_one_name_per_concept():
-    from bcer.actors.specs import PLANNERS, REFLECTORS
+    from bcer.agents.specs import PLANNERS, REFLECTORS
     from bcer.contracts import list_contracts
     from bcer.datasets.layouts import layouts
 

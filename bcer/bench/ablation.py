@@ -287,7 +287,7 @@ def run_ablation(tasks: str | Iterable[str] = "all", arms: str | Iterable[str] =
     Args:
         tasks, arms, faults: "all", comma-separated names, or lists.
         n_cases: cases per task (each runs clean + once per fault, in every arm).
-        planner: any ``plan``/``revise`` planner; default the offline Brain.
+        planner: any ``plan``/``revise`` planner; default the offline planner.
         timeout_s: per-call (ReAct) and per-node (engine) timeout; a hang is detected after it.
         max_in_flight: engine cases in flight at once (the ReAct arms run in one thread beside).
         data: read cases from this folder (one sub-folder per task) instead of synthesising.
@@ -295,14 +295,14 @@ def run_ablation(tasks: str | Iterable[str] = "all", arms: str | Iterable[str] =
     Returns:
         The report (also written as ``ablation.json``).
     """
-    from ..actors.brain import OfflineBrain
+    from ..agents.planners.offline import OfflinePlanner
     from .bench import _cases_for, resolve_tasks
 
     t0, load_before = time.time(), _load()
     task_ids, arm_ids, fault_ids = resolve_tasks(tasks), resolve_arms(arms), F.resolve_faults(faults)
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    planner = planner or OfflineBrain()
+    planner = planner or OfflinePlanner()
     switch = H.HangSwitch(out / "hangs")
     cases = {t: _cases_for(t, n_cases, out, size, Path(data) if data else None, seed) for t in task_ids}
     jobs: list[Job] = []

@@ -66,7 +66,7 @@ def run_engine(case: Case, contract: TaskContract, planner: Any, out_dir: Path, 
                node_timeout_s: float, seed: int = 0, max_revisions: int = 2,
                events: list[dict[str, Any]] = ()) -> ArmOutcome:
     """The ``bcer`` arm: admit, plan and compile (revising), then the Ray executor. Never raises."""
-    from ..actors.reflector import Reflector
+    from ..agents.repair.reflector import Reflector
     from ..engine.cohort import admit_case
     from ..engine.executor import RunContext, run_case_workflow
     from ..engine.planning import plan_and_compile

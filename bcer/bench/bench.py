@@ -120,15 +120,15 @@ def run_task_cases(cases: dict[str, list[Case]], out: str | Path, address: str |
         Per task ``{"task", "rows", "wall_s", "out"}``; each row carries SR/TCR, the error
         and the case's quality metrics. Cohort outputs go to ``OUT/runs/<task>``.
     """
-    from ..actors.brain import OfflineBrain
-    from ..actors.bundles import BundleBinder
+    from ..agents.planners.offline import OfflinePlanner
+    from ..agents.planners.bundles import BundleBinder
     from ..api import make_repairer, report_reviewer
     from ..engine.cohort import CohortConfig, run_cohorts
 
     contracts = {t: load_contract(t) for t in cases}
     cfgs: dict[str, CohortConfig] = {}
     for t in cases:
-        planner = controller.new_planner() if controller is not None else OfflineBrain()  # llm: --planner
+        planner = controller.new_planner() if controller is not None else OfflinePlanner()  # llm: --planner
         if bundles:
             planner = BundleBinder(planner, bundles)
         if params:  # --set: checked by parse_sets / check_params before anything ran
@@ -241,8 +241,8 @@ def run_bench(tasks: str | Iterable[str] = "all", n_cases: int = 10, out: str | 
     Returns:
         ``{"config", "tasks": {id: summary}, "cases": [rows], "total_wall_s", "synth_s"}``.
     """
-    from ..actors.bundles import bundle_read_roots, resolve_bundles
-    from ..actors.specs import Controller, check_planner, check_reflector
+    from ..agents.planners.bundles import bundle_read_roots, resolve_bundles
+    from ..agents.specs import Controller, check_planner, check_reflector
     from ..engine.cluster import ensure_ray
 
     ids = resolve_tasks(tasks)

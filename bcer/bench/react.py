@@ -99,7 +99,7 @@ class ScriptedReAct:
     """Replays a planner's sketch one tool call at a time (see the module docstring).
 
     Args:
-        planner: ``plan``/``revise`` (the offline Brain, an LLM Brain, a FaultyPlanner).
+        planner: ``plan``/``revise`` (the offline planner, an LLM planner, a FaultyPlanner).
         cfg: which arm (binder, Reflector) and its limits.
         memo: shared call results (optional).
         hang_file: the armed-hangs file of a :class:`bcer.bench.faults.HangSwitch`.
@@ -130,7 +130,7 @@ class ScriptedReAct:
         self.outcome = ArmOutcome(status="failed")
         self.reflector = None
         if self.cfg.reflector:
-            from ..actors.reflector import Reflector
+            from ..agents.repair.reflector import Reflector
 
             self.reflector = Reflector()
         with TraceWriter(out, run_id, case.id) as trace:
@@ -274,7 +274,7 @@ class ScriptedReAct:
                         edges=sorted(e for e in edges if e[0] in ids and e[1] in ids))
 
     def _reflect(self, sketch: PlanSketch, step: PlanStep, err: ToolError) -> Any:
-        from ..actors.reflector import Failure
+        from ..agents.repair.reflector import Failure
 
         wf = self._workflow(sketch)
         try:
@@ -530,7 +530,7 @@ def _sig(step: PlanStep) -> str:
 
 
 def _halts_at_once(failure: Any) -> bool:
-    from ..actors.reflector import halts_at_once
+    from ..agents.repair.reflector import halts_at_once
 
     return failure is not None and halts_at_once(failure)
 

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..actors.r4.reflect import concept_mentions
+from ..agents.r4.critic import concept_mentions
 from ..tools.report.evidence import Evidence
 from ..tools.report.lexicon import CHAMBER, LINKED_NUMBER, SIDE, ZONE, ZONE_CODES, ZONE_WORDS, swap_side
 from ..tools.report.prose import _ACDC_TEXT, Box, Draft, value_text

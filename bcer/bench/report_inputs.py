@@ -1,7 +1,7 @@
 """The inputs of a report node, computed in-process on a bench phantom of a report task.
 
 The same generators as ``bcer bench`` (``bench.cases.TASK_DATA``) and the same tool chain as
-the offline Brain's workflow (node ids as it names them), called directly through the
+the offline planner's workflow (node ids as it names them), called directly through the
 registry with each output stamped with its origin as the executor does: cheap enough to
 build a corpus of hundreds of reports without Ray, and the evidence ids look like a run's.
 """

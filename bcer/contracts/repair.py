@@ -1,7 +1,7 @@
 """Local repair, as data: what failed (``Failure``) and the verdicts (``Patch``, ``Halt``).
 
 Pure models shared by the engine (which builds a Failure and applies a Patch) and the
-Reflector (``bcer.actors.reflector``, which decides); neither needs to import the other.
+Reflector (``bcer.agents.repair.reflector``, which decides); neither needs to import the other.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The protocol of long-lived model servers the engine hands some nodes to instead of tasks.
 
 Heavy models (a MONAI bundle's network) should load once per GPU, not once per call: a
-server (``bcer.actors.model_actors.BundleActorPool``: one Ray actor per GPU) runs the very
+server (``bcer.agents.model_server.BundleActorPool``: one Ray actor per GPU) runs the very
 same node entry point as a task (``engine.noderun.run_node``) inside an actor that keeps the
 model loaded. The engine only asks whether a node is served and submits it there; it never
 imports ``actors``. A served node returns exactly what a node task returns (one ObjectRef per

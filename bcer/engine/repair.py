@@ -1,6 +1,6 @@
 """The executor's side of local repair: the repairer protocols, describing a failure, applying a Patch.
 
-A repairer (the Reflector, ``bcer.actors.reflector``, implements it) decides; the engine only
+A repairer (the Reflector, ``bcer.agents.repair.reflector``, implements it) decides; the engine only
 builds the ``Failure`` (what failed, what is bindable now, what was bound) and applies the
 verdict to the running workflow. The engine never imports ``actors``: the API, CLI and bench
 build the run's repairer pool and hand it in; for direct engine use (``run_case_workflow``
@@ -51,7 +51,7 @@ def set_default_repairer(factory: Callable[[str], RepairerPool] | None) -> None:
 def default_repairer(run_id: str) -> RepairerPool | None:
     """The registered default pool for ``run_id``, or None (failures are then not repaired)."""
     if _DEFAULT is None:
-        log.warning("no repairer registered (import bcer.actors.reflector or pass one): failures are not repaired")
+        log.warning("no repairer registered (import bcer.agents.repair.reflector or pass one): failures are not repaired")
         return None
     try:
         return _DEFAULT(run_id)

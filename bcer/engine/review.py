@@ -8,7 +8,7 @@ the two calls the executor makes.
    may add the reviewed report to its exemplar memory (it does so only for a case that
    validated and a report without material issues).
 
-The engine never imports the actors: the API/CLI build a reviewer (``bcer.actors.r4.reviewer``)
+The engine never imports the actors: the API/CLI build a reviewer (``bcer.agents.r4.reviewer``)
 and hand it in through ``CohortConfig.reviewer`` -> ``RunContext.reviewer``, like the
 Reflector. A reviewer that fails leaves the tool's report in place and says so in the trace;
 it never fails the case.

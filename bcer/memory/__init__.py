@@ -1,6 +1,6 @@
 """Exemplar memory: sentence embeddings, FAISS indices, curation, persistence (no Ray, no engine).
 
-The Ray actor that shares one memory across a cohort is ``bcer.actors.memory``.
+The Ray actor that shares one memory across a cohort is ``bcer.agents.memory_actor``.
 """
 from .curation import CurationPolicy, Decision, decide
 from .embed import DIM, Embedder, HashingEmbedder, MiniLMEmbedder, make_embedder

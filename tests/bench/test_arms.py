@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bcer.actors.brain import OfflineBrain
+from bcer.agents.planners.offline import OfflinePlanner
 from bcer.bench import faults as F
 from bcer.bench import hangs as H
 from bcer.bench.ablation import CLEAN, Runner, compare_rows, prepare_jobs
@@ -29,12 +29,12 @@ REACT = ["react", "react_bind", "react_bind_ref"]
 
 def _rows(out: Path, task: str, faults: list[str], arms: list[str], n: int = 2):
     cases = synth_task_cases(task, n, out / "data", "small", seed=11)
-    jobs = prepare_jobs(task, cases[:1], load_contract(task), faults, OfflineBrain(), out, seed=0)
+    jobs = prepare_jobs(task, cases[:1], load_contract(task), faults, OfflinePlanner(), out, seed=0)
     if n > 1:  # the scope violation links to the second case
         jobs = [j for j in jobs if j.fault != "scope_violation"] + \
-               [j for j in prepare_jobs(task, cases, load_contract(task), ["scope_violation"], OfflineBrain(),
+               [j for j in prepare_jobs(task, cases, load_contract(task), ["scope_violation"], OfflinePlanner(),
                                         out, 0) if j.case.id == cases[0].id and j.fault == "scope_violation"]
-    runner = Runner(out, arms, OfflineBrain(), 0, 60.0, H.HangSwitch(out / "h"))
+    runner = Runner(out, arms, OfflinePlanner(), 0, 60.0, H.HangSwitch(out / "h"))
     memo = Memo()
     for arm in arms:
         for job in jobs:
@@ -112,17 +112,17 @@ def test_engine_arm(ray_local, tmp_path):
     task = "segment_brain"
     contract = load_contract(task)
     cases = synth_task_cases(task, 1, tmp_path / "data", "small", seed=11)
-    clean = run_engine(cases[0], contract, OfflineBrain(), tmp_path / "clean", run_id="c", node_timeout_s=120)
-    swap = run_engine(cases[0], contract, F.FaultyPlanner(OfflineBrain(), "semantic_swap", 0), tmp_path / "swap",
+    clean = run_engine(cases[0], contract, OfflinePlanner(), tmp_path / "clean", run_id="c", node_timeout_s=120)
+    swap = run_engine(cases[0], contract, F.FaultyPlanner(OfflinePlanner(), "semantic_swap", 0), tmp_path / "swap",
                       run_id="s", node_timeout_s=120)
     assert clean.status == swap.status == "succeeded" and swap.revisions == 1, swap.error
     seg = [np.asarray(nib.load(str(tmp_path / d / "seg.nii.gz")).dataobj) for d in ("clean", "swap")]
     assert np.array_equal(seg[0], seg[1])  # the compiler caught the swapped roles; the planner re-derived them
 
-    sketch = OfflineBrain().plan(contract.goal, cases[0], contract)
+    sketch = OfflinePlanner().plan(contract.goal, cases[0], contract)
     gone, _ = F.corrupt_case("missing_modality", cases[0], contract, F.consumed_sequences(sketch, cases[0]),
                              tmp_path / "mm", seed=0)
-    halt = run_engine(gone, contract, OfflineBrain(), tmp_path / "halt", run_id="h", node_timeout_s=120)
+    halt = run_engine(gone, contract, OfflinePlanner(), tmp_path / "halt", run_id="h", node_timeout_s=120)
     assert halt.status == "halted" and halt.error["code"] == "input_missing" and not halt.deliverables
     assert not any(e.kind == "started" for e in read_events(tmp_path / "halt" / "events.jsonl"))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bcer.actors.brain import OfflineBrain
+from bcer.agents.planners.offline import OfflinePlanner
 from bcer.bench import faults as F
 from bcer.bench import hangs as H
 from bcer.bench.cases import synth_task_cases
@@ -18,7 +18,7 @@ from bcer.engine.binder import resolved_ref, sequence_key
 from bcer.engine.sandbox import Sandbox
 from bcer.tools.io import load_sequence
 
-BRAIN = OfflineBrain()
+BRAIN = OfflinePlanner()
 
 
 @pytest.fixture(scope="module")

@@ -62,7 +62,7 @@ def test_unknown_contract_is_a_clear_error() -> None:
 
 
 def test_role_problem_is_rule_3b_for_compiler_and_llm_schema() -> None:
-    """One rule for the compiler and the LLM Brain's schema: roles pin a port's sequences, an
+    """One rule for the compiler and the LLM planner's schema: roles pin a port's sequences, an
     input alternative stands in only when the case lacks the input (aliases resolve)."""
     reg = load_contract("register_prostate")
     have = ["T2w", "ADC", "DWI"]

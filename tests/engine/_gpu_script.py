@@ -139,7 +139,7 @@ def _task_cohort(out: Path, cases: list) -> Any:
     worker, warm after the first case, runs them: the comparison is about outputs, not speed).
     Each seg node first gets a simulated GPU and device "cuda", which torch cannot use here
     (typed ``resource``, ``no_device``); the Reflector moves it to its CPU path."""
-    from bcer.actors.reflector import Reflector
+    from bcer.agents.repair.reflector import Reflector
     from bcer.engine.cohort import CohortConfig, run_cohort
     from bcer.engine.planning import StaticPlanner
 
@@ -170,7 +170,7 @@ def actors(out: Path, n: int = 4) -> dict[str, Any]:
     then the same cases as plain tasks."""
     import ray
 
-    from bcer.actors.model_actors import BundleActorPool
+    from bcer.agents.model_server import BundleActorPool
     from bcer.engine.gpu_usage import usage_summary
     from bcer.tools.io import read_nifti
     from bcer.tools.seg.bundle import shipped_bundle

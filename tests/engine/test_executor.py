@@ -30,7 +30,7 @@ AFFINE = np.diag([1.5, 1.5, 3.0, 1.0])
 def reflector(ray_local, tmp_path_factory):
     """An in-process Reflector; also warms two workers (tool modules imported) so timing
     assertions measure the tools, not worker start-up."""
-    from bcer.actors.reflector import Reflector
+    from bcer.agents.repair.reflector import Reflector
 
     refl = Reflector()
     tmp = tmp_path_factory.mktemp("warm")
@@ -193,7 +193,7 @@ def test_middle_node_failure_repaired_by_tier1_only_it_reruns(ray_local, tmp_pat
 
 
 def test_misspelt_field_token_is_repaired_before_submission(ray_local, tmp_path, reflector):
-    from bcer.actors.reflector import Reflector
+    from bcer.agents.repair.reflector import Reflector
 
     case = make_case(tmp_path / "in")
     plan = sketch({"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1"}},
@@ -364,7 +364,7 @@ class _InsertPadTier:
     tier = 2
 
     def propose(self, failure, workflow, case):
-        from bcer.actors.reflector import Patch
+        from bcer.agents.repair.reflector import Patch
         from bcer.contracts import Node
 
         if failure.node.tool != "xtoy.needs_even" or failure.code.value != "shape":
@@ -378,7 +378,7 @@ class _SkipTier:
     tier = 2
 
     def propose(self, failure, workflow, case):
-        from bcer.actors.reflector import Patch
+        from bcer.agents.repair.reflector import Patch
 
         return Patch(node_id=failure.node.id, action="skip", tier=2, reason="optional side measurement",
                      inputs=dict(failure.node.inputs), params=dict(failure.node.params))
@@ -391,7 +391,7 @@ def _odd_case(root: Path, case_id: str = "odd") -> Case:
 
 
 def test_insert_patch_adds_a_node_and_only_the_failed_node_reruns(ray_local, tmp_path, reflector):
-    from bcer.actors.reflector import Reflector, Tier1
+    from bcer.agents.repair.reflector import Reflector, Tier1
 
     case = _odd_case(tmp_path / "in")
     plan = sketch({"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1", "add": 1}},
@@ -413,7 +413,7 @@ def test_insert_patch_adds_a_node_and_only_the_failed_node_reruns(ray_local, tmp
 
 
 def test_reflector_rejects_insert_that_binds_downstream_or_is_unused(ray_local, tmp_path):
-    from bcer.actors.reflector import Failure, Halt, Patch, Reflector
+    from bcer.agents.repair.reflector import Failure, Halt, Patch, Reflector
     from bcer.contracts import Node
 
     case = _odd_case(tmp_path / "in")
@@ -448,7 +448,7 @@ def test_reflector_rejects_insert_that_binds_downstream_or_is_unused(ray_local, 
 
 
 def test_skip_patch_for_an_optional_node_keeps_the_case(ray_local, tmp_path, reflector):
-    from bcer.actors.reflector import Reflector, Tier1
+    from bcer.agents.repair.reflector import Reflector, Tier1
 
     case = make_case(tmp_path / "in", "sk")
     contract = TaskContract(id="toy_skip", domain="any", goal="measure", milestones=["measured"],

@@ -101,7 +101,7 @@ def test_model_server_seam():
 
 
 def test_cpu_only_cluster_runs_gpu_tools_on_cpu_with_k_and_no_actor_pool(ray_local, tmp_path):
-    from bcer.actors.model_actors import BundleActorPool, bundle_server_factory
+    from bcer.agents.model_server import BundleActorPool, bundle_server_factory
     from bcer.engine.cohort import CohortConfig, run_cohort
     from bcer.engine.planning import StaticPlanner
     from bcer.tools.io import read_nifti, write_nifti

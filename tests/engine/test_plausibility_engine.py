@@ -1,6 +1,6 @@
 """Cases built to be wrong end ``implausible``, never SR 1 — through the real engine.
 
-Small phantoms of each task run the offline Brain's plan with one step swapped for a tool
+Small phantoms of each task run the offline planner's plan with one step swapped for a tool
 of ``_wrong_tools`` that delivers a well-formed but wrong answer (a gland over the whole
 pelvis, a lesion outside the gland, an EF of 120 %, ED and ES swapped, an LV cavity drawn
 too small (its blood labelled myocardium), a reconstruction on
@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from bcer.actors.brain import OfflineBrain
+from bcer.agents.planners.offline import OfflinePlanner
 from bcer.bench.cases import synth_task_cases
 from bcer.contracts import Case, load_contract
 from bcer.engine.cohort import CohortConfig, run_cohort
@@ -56,7 +56,7 @@ def _case(task: str, root: Path) -> Case:
 def _run(name: str, case: Case, task: str, swap: tuple[str, str] | None, out: Path) -> dict:
     contract = load_contract(task)
     contract = contract.model_copy(update={"allowed_tools": contract.allowed_tools + ["xwrong.*"]})
-    sketch = OfflineBrain().plan(contract.goal, case, contract)
+    sketch = OfflinePlanner().plan(contract.goal, case, contract)
     if swap:
         steps = [s for s in sketch.steps if s.tool == swap[0]]
         assert steps, f"{task}: the offline plan has no {swap[0]} step to swap"

@@ -40,7 +40,7 @@ def _norm(evs: list) -> list[tuple]:
 def test_chains_are_segments_and_branches_stay_separate(case_run, tmp_path):
     """branchy: a -> {b -> c -> d, e}: a has two children and e is a leaf, so b..d is the one
     segment; the DAG is still handed to Ray at once (one load, a, the segment, e)."""
-    from bcer.actors.reflector import Reflector
+    from bcer.agents.repair.reflector import Reflector
 
     case = make_case(tmp_path / "in")
     run, loop, trace, ctx = case_run(branchy(), case, tmp_path / "out", "seg-" + uuid.uuid4().hex[:6], Reflector())
@@ -65,7 +65,7 @@ def test_chains_are_segments_and_branches_stay_separate(case_run, tmp_path):
 def test_repair_inside_a_segment_keeps_the_upstream_results(ray_local, tmp_path):
     """s0 -> b (fails until repaired) -> s2 is one segment; the repair resubmits b and s2 bound
     to s0's kept ObjectRef: s0 runs once."""
-    from bcer.actors.reflector import Reflector
+    from bcer.agents.repair.reflector import Reflector
 
     case = make_case(tmp_path / "in", "rs")
     scratch = "@runtime.output_dir"
