@@ -41,7 +41,7 @@ import ray  # noqa: E402
 from bcer.contracts import Case, Deliverable, Image, Node, SequenceRef, Workflow  # noqa: E402
 from bcer.contracts.spec import Resources  # noqa: E402
 from bcer.engine.executor import RunContext, run_case_workflows  # noqa: E402
-from bcer.tools.io import load_sequence, write_nifti  # noqa: E402
+from bcer.io import load_sequence, write_nifti  # noqa: E402
 
 __import__("benchmarks._noop_tools")  # registers bench.noop
 RES = Resources(num_cpus=1, memory_mb=0)  # one worker per CPU: no worker start-up inside timings

@@ -34,7 +34,7 @@ from bcer.engine.binder import resolve_params, resolved_ref, runtime_values, seq
 from bcer.engine.outputs import write_artifact
 from bcer.engine.planning import plan_and_compile
 from bcer.engine.validate import score, validate_deliverables
-from bcer.tools.io import load_sequence
+from bcer.io import load_sequence
 from bcer.tools.registry import call_tool
 
 log = logging.getLogger("bench.parallel")

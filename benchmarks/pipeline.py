@@ -59,7 +59,7 @@ def sketch(percentile: float = 95.0):
 
 def make_cases(root: Path, n: int, shape: tuple[int, int, int]) -> None:
     from bcer.contracts import Image
-    from bcer.tools.io import write_nifti
+    from bcer.io import write_nifti
 
     rng = np.random.default_rng(11)
     x, y, z = np.meshgrid(*[np.linspace(-1, 1, k) for k in shape], indexing="ij")
@@ -83,7 +83,7 @@ def arm_sequential(data: Path, out: Path, part: tuple[int, int] = (0, 1)) -> dic
     """The plain loop (over every ``part[1]``-th case from ``part[0]``)."""
     from benchmarks import _pipeline_tools as t
     from bcer.engine.outputs import write_artifact
-    from bcer.tools.io import load_sequence
+    from bcer.io import load_sequence
 
     steps = dict.fromkeys(STEPS, 0.0)
     t0 = time.perf_counter()
@@ -140,7 +140,7 @@ def _ray_tasks():
 
     from benchmarks import _pipeline_tools as t
     from bcer.engine.outputs import write_artifact
-    from bcer.tools.io import load_sequence
+    from bcer.io import load_sequence
 
     @ray.remote(num_cpus=1)
     def load(ref):

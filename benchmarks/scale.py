@@ -47,7 +47,7 @@ def _rss_mb() -> float:
 def _cases(root: Path, n: int, shape: tuple[int, int, int]):
     """n case folders holding hard links to one input (so 1,000 cases cost one file's disk)."""
     from bcer.contracts import Case, Image, SequenceRef
-    from bcer.tools.io import write_nifti
+    from bcer.io import write_nifti
 
     src = write_nifti(Image(np.linspace(0, 1, int(np.prod(shape)), dtype=np.float32).reshape(shape), np.eye(4)),
                       root / "_src" / "t1.nii.gz")

@@ -36,7 +36,7 @@ import ray  # noqa: E402
 import bcer  # noqa: E402
 from bcer.contracts import (Case, DeliverableSpec, Image, PlanSketch, SequenceRef, TaskContract,  # noqa: E402
                             Validator)
-from bcer.tools.io import load_sequence, write_json, write_nifti  # noqa: E402
+from bcer.io import load_sequence, write_json, write_nifti  # noqa: E402
 
 __import__("benchmarks._wide_tools")
 from benchmarks._wide_tools import stats_row  # noqa: E402

@@ -162,7 +162,7 @@ def test_plan_with_a_recorded_llm_and_bad_controller_flags(tmp_path):
     from bcer.agents.planners.llm import LLMPlanner
     from bcer.api import load_cases, plan_case
     from bcer.contracts import Image
-    from bcer.tools.io import write_nifti
+    from bcer.io import write_nifti
 
     fake = importlib.import_module("tests.agents._fake_llm")
     case_dir = tmp_path / "sub-01"

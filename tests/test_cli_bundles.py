@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from bcer import cli
 from bcer.cli import app
 from bcer.datasets.brain import make_brain
-from bcer.tools.io import write_nifti
+from bcer.io import write_nifti
 
 from tests.tools import _zoo_bundles as Z
 

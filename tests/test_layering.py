@@ -16,7 +16,7 @@ ALLOWED: dict[str, set[str]] = {
     "contracts": set(),
     "metrics": {"contracts"},
     "optional": {"contracts"},
-    "io": BELOW_TOOLS,
+    "io": {"contracts"},  # readers and writers of formats: below everything else
     "tools": BELOW_TOOLS | {"io"},
     "memory": BELOW_TOOLS | {"io"},
     "datasets": BELOW_TOOLS | {"io", "tools"},

@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterable
 
 from ..contracts import Case, TaskContract, load_contract
 from ..contracts.errors import ErrorCode, ToolError
-from ..tools.io import write_json
+from ..io import write_json
 from . import faults as F
 from . import hangs as H
 from .arms import ARM_DOCS, resolve_arms, run_engine, run_react

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..contracts import Case, ErrorCode, TaskContract, ToolError, list_contracts, load_contract
-from ..tools.io import write_json
+from ..io import write_json
 from .cases import TASK_DATA, family_options, synth_task_cases
 from .quality import case_quality, summarise
 

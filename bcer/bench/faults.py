@@ -470,7 +470,7 @@ def _moved_volume(data: np.ndarray, affine: np.ndarray, rng: random.Random,
 
 def _space_mismatch(case: Case, key: str, rng: random.Random) -> tuple[Case, str]:
     from ..contracts.artifacts import ArtifactKind
-    from ..tools.io import load_sequence, write_nifti
+    from ..io import load_sequence, write_nifti
 
     ref = case.sequences[key]
     if ref.kind not in (ArtifactKind.image, ArtifactKind.cine):

@@ -47,7 +47,7 @@ def _nifti(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _truth_ref(case: Case, part: str, name: str) -> Any:
-    from ..tools.io import load_sequence
+    from ..io import load_sequence
 
     refs = (case.ground_truth or {}).get(part, {})
     canon = canonical_sequence(name)  # label names ("gland", "lesions") are no sequences: exact match only
@@ -101,7 +101,7 @@ def _restored(case: Case, case_dir: Path, contract: TaskContract, name: str):
 def psnr_gain_db(case: Case, case_dir: Path, contract: TaskContract) -> float | None:
     """dB of PSNR the denoised volume gains over the noisy input (same reference)."""
     from ..metrics import psnr
-    from ..tools.io import load_sequence
+    from ..io import load_sequence
 
     got = _restored(case, case_dir, contract, contract.deliverables[0].name)
     if got is None:
@@ -113,7 +113,7 @@ def psnr_gain_db(case: Case, case_dir: Path, contract: TaskContract) -> float | 
 
 def _on_reference_grid(case: Case, case_dir: Path, contract: TaskContract, name: str):
     """(output, low-res input, reference) on the reference grid, the output resampled linearly."""
-    from ..tools.io import load_sequence
+    from ..io import load_sequence
     from ..tools.resample import resample_onto
 
     seq = source_sequence(case_dir, name)
@@ -165,7 +165,7 @@ def nrmse_metric(case: Case, case_dir: Path, contract: TaskContract) -> float | 
 @metric("nrmse_ratio_vs_zero_filled")
 def nrmse_ratio_vs_zero_filled(case: Case, case_dir: Path, contract: TaskContract) -> float | None:
     """Recon NRMSE over the zero-filled baseline's NRMSE (the tools issue wants <= 0.5)."""
-    from ..tools.io import load_sequence
+    from ..io import load_sequence
     from ..metrics import nrmse_scaled as recon_nrmse
     from ..tools.registry import call_tool
 

@@ -426,7 +426,7 @@ class ScriptedReAct:
         raise ToolError(ErrorCode.input_missing, f"no such file or result: {path}", arg=port, file=path)
 
     def _load(self, key: str, ref: Any, port: str) -> tuple[Any, str]:
-        from ..tools.io import load_sequence
+        from ..io import load_sequence
 
         if key in self.store:
             return self.store[key]

@@ -16,8 +16,8 @@ import numpy as np
 
 from ..contracts.case import Case, SequenceRef
 from ..contracts.errors import ErrorCode, ToolError, did_you_mean
+from ..io import sequence_header
 from .layouts import detect_layout, get_layout, read_layout
-from .layouts._common import sequence_header
 from .phantom import Phantom, Size
 
 log = logging.getLogger(__name__)

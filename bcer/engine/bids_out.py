@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from ..datasets.layouts.bids import subject_label
-from ..tools.io import atomic_write_bytes, write_json
-from ..tools.io.nifti import mask_label_names
+from ..io import atomic_write_bytes, write_json
+from ..io.nifti import mask_label_names
 from .derivatives import Finished, grid_input, label_mapping, nifti_bytes, remap
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..tools.io import atomic_write_bytes
+from ..io import atomic_write_bytes
 from .digest import canonical_json
 
 log = logging.getLogger(__name__)

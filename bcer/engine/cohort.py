@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Literal
 
 from ..contracts import Case, ErrorCode, TaskContract, ToolError
 from ..contracts.sequences import canonical_sequence
-from ..tools.io import write_json
+from ..io import write_json
 from .outputs import write_audit
 from . import repair as rp
 from .fusion import wide_enough

@@ -24,7 +24,7 @@ from ..contracts.case import Case
 from ..contracts.errors import ToolError
 from ..datasets.layouts import get_layout
 from ..datasets.layouts.brats2023 import compartment
-from ..tools.io.nifti import mask_label_names
+from ..io.nifti import mask_label_names
 
 log = logging.getLogger(__name__)
 PREDICTIONS_DIR = "predictions"
@@ -92,7 +92,7 @@ def _grid_of(rec: dict[str, Any]) -> tuple[tuple[int, ...], np.ndarray] | None:
     import nibabel as nib
 
     from ..contracts.case import SequenceRef
-    from ..tools.io import load_sequence
+    from ..io import load_sequence
 
     try:
         if rec.get("format", "nifti") == "nifti" and str(rec["path"]).endswith((".nii", ".nii.gz")):
@@ -181,7 +181,7 @@ def remap(path: Path, mapping: dict[int, int]) -> Any:
 def write_predictions(out: str | Path, finished: Iterable[Finished]) -> list[Path]:
     """``OUT/predictions/<case>.nii.gz``: each case's main mask in its dataset's label values
     (the flat layout nnU-Net's and the BraTS evaluation scripts read)."""
-    from ..tools.io.nifti import atomic_write_bytes
+    from ..io.nifti import atomic_write_bytes
 
     written = []
     for done in finished:

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from ..tools.io.dicom_seg import read_source_series, write_seg
-from ..tools.io.dicom_sr import Group, Item, write_sr
-from ..tools.io.nifti import mask_label_names
+from ..io.dicom_seg import read_source_series, write_seg
+from ..io.dicom_sr import Group, Item, write_sr
+from ..io.nifti import mask_label_names
 from .derivatives import Finished, grid_input
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..contracts.artifacts import Cine, Classification, Findings, Image, KSpace, Mask, Report, Table, Transform, kind_of
-from ..tools.io import artifact_to_dict, to_jsonable
+from ..io import artifact_to_dict, to_jsonable
 
 _CHUNK = 1 << 20
 

@@ -379,7 +379,7 @@ def run_node(spec: dict[str, Any], *args: Any) -> tuple[Any, ...]:
 
 def load_sequence_task(ref: SequenceRef) -> tuple[Any, dict[str, Any]]:
     """Load one sequence of a case (shared by all its consumers) and digest its file(s)."""
-    from ..tools.io import load_sequence
+    from ..io import load_sequence
 
     t0 = time.time()
     try:

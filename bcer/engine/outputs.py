@@ -20,7 +20,7 @@ from ..contracts.artifacts import ArtifactKind, kind_of
 from ..contracts.errors import ErrorCode, ToolError
 from ..contracts.tokens import Token
 from ..contracts.workflow import Workflow
-from ..tools.io import artifact_to_dict, atomic_write_bytes, to_jsonable, write_json, write_nifti, write_table_csv
+from ..io import artifact_to_dict, atomic_write_bytes, to_jsonable, write_json, write_nifti, write_table_csv
 from .digest import file_digest
 
 log = logging.getLogger(__name__)

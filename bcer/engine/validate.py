@@ -47,7 +47,7 @@ def _sequence_affine(case: Case, name: str) -> np.ndarray:
     ref = case.sequences[key]
     if ref.format == "nifti":
         return np.asarray(_nifti(Path(ref.path)).affine)  # header only: no voxel data read
-    from ..tools.io import load_sequence
+    from ..io import load_sequence
 
     art = load_sequence(ref)
     # k-space reconstructs to its recon grid (the header's recon matrix, centre-cropped)

@@ -60,7 +60,7 @@ class _Volumes:
 
     def _load_input(self, name: str) -> ov.Volume | None:
         from ..contracts.case import SequenceRef
-        from ..tools.io import load_sequence
+        from ..io import load_sequence
 
         ref = self.inputs[name]
         fmt_ = ref.get("format") or "nifti"

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..contracts.artifacts import Image, Mask
 from ..contracts.errors import ErrorCode, ToolError
 from ._checks import require_nonempty, require_same_grid, require_volume
-from ._sitk import from_sitk, to_sitk
+from ..io.sitk_bridge import from_sitk, to_sitk
 from .registry import tool
 
 log = logging.getLogger(__name__)

@@ -18,8 +18,8 @@ import numpy as np
 
 from ..contracts.artifacts import Image, Mask
 from ..contracts.errors import ErrorCode, ToolError
-from ._sitk import from_sitk as _from_sitk
-from ._sitk import to_sitk as _to_sitk
+from ..io.sitk_bridge import from_sitk as _from_sitk
+from ..io.sitk_bridge import to_sitk as _to_sitk
 
 A = TypeVar("A", Image, Mask)
 

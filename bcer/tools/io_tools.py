@@ -1,6 +1,6 @@
 """Registered ``io.*`` tools: load NIfTI / DICOM / fastMRI / CMRxRecon, save NIfTI.
 
-They wrap the readers and writers of ``bcer.tools.io`` so a plan can load a file that is not
+They wrap the readers and writers of ``bcer.io`` so a plan can load a file that is not
 one of the case's sequences, or write an intermediate result. Every path parameter is named
 ``path`` or ``*_path`` because the executor sandboxes params by those names; the tools
 themselves never resolve paths against anything but what they are given.
@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..contracts.artifacts import Cine, Image, KSpace, Mask, Table
 from ..contracts.errors import ErrorCode, ToolError
-from .io import cmrx, dicom, fastmri
-from .io.nifti import read_nifti, write_nifti
+from ..io import cmrx, dicom, fastmri
+from ..io.nifti import read_nifti, write_nifti
 from .registry import tool
 
 log = logging.getLogger(__name__)

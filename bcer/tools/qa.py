@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..contracts.artifacts import Findings, Image, Mask, Report
 from ..contracts.errors import ErrorCode, ToolError
 from ._checks import require_same_grid, require_volume
-from .io.nifti import atomic_write_bytes
+from ..io.nifti import atomic_write_bytes
 from .registry import tool
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..contracts.artifacts import Image
 from ..contracts.errors import ErrorCode, ToolError
 from ._checks import require_ndim, require_volume
-from ._sitk import INTERPOLATORS, from_sitk, reference_grid, to_sitk
+from ..io.sitk_bridge import INTERPOLATORS, from_sitk, reference_grid, to_sitk
 from .registry import tool
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from bcer.bench.ablation import CLEAN, cell_metrics, score_row, summarise
 from bcer.bench.compare import plan_only_difference, same_json, same_nifti, wrong_deliverables
 from bcer.contracts import ErrorCode, Image, Mask, ToolError, load_contract
 from bcer.contracts.case import Case
-from bcer.tools.io import write_json, write_nifti
+from bcer.io import write_json, write_nifti
 
 
 def row(fault, status="succeeded", sr=1, code=None, wrong=None, present=(), arm="bcer", task="t", case="c"):

@@ -20,7 +20,7 @@ from bcer.contracts import (ArtifactKind, DeliverableSpec, Image, PlanSketch, Se
 from bcer.contracts.case import Case
 from bcer.engine.planning import StaticPlanner
 from bcer.engine.trace import read_events
-from bcer.tools.io import write_nifti
+from bcer.io import write_nifti
 
 importlib.import_module("tests.bench._hang_tools")  # registers xabl.hang_once here and in Ray workers
 

@@ -16,7 +16,7 @@ from bcer.bench.cases import synth_task_cases
 from bcer.contracts import ErrorCode, ToolError, load_contract
 from bcer.engine.binder import resolved_ref, sequence_key
 from bcer.engine.sandbox import Sandbox
-from bcer.tools.io import load_sequence
+from bcer.io import load_sequence
 
 BRAIN = OfflinePlanner()
 

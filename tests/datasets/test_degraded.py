@@ -65,7 +65,7 @@ def test_superres_geometry_and_truth(thick):
 def test_degraded_cases_round_trip_through_brats(noisy, thick, tmp_path):
     from bcer.contracts.case import SequenceRef
     from bcer.datasets.layouts import brats
-    from bcer.tools.io import load_sequence
+    from bcer.io import load_sequence
 
     for ph in (noisy, thick):
         (case,) = brats.write([ph], tmp_path / ph.case_id)

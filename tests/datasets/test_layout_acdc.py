@@ -10,7 +10,7 @@ from bcer.contracts.case import SequenceRef
 from bcer.contracts.errors import ErrorCode, ToolError
 from bcer.datasets.cardiac import make_cardiac
 from bcer.datasets.layouts import acdc, detect_layout, read_dataset
-from bcer.tools.io import load_sequence
+from bcer.io import load_sequence
 
 
 @pytest.fixture(scope="module")

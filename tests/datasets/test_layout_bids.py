@@ -14,7 +14,7 @@ from bcer.datasets import Phantom, detect_layout
 from bcer.datasets.brain import make_brain
 from bcer.datasets.geometry import make_affine, random_direction
 from bcer.datasets.layouts import bids
-from bcer.tools.io import load_sequence, write_nifti
+from bcer.io import load_sequence, write_nifti
 
 
 def _prostate_like(case_id: str, seed: int) -> Phantom:

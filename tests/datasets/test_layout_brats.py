@@ -16,7 +16,7 @@ from bcer.datasets import detect_layout, read_dataset
 from bcer.datasets.brain import make_brain
 from bcer.datasets.layouts import brats
 from bcer.datasets.layouts._common import TRUTH_FILE
-from bcer.tools.io import load_sequence, write_nifti
+from bcer.io import load_sequence, write_nifti
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from bcer.contracts.errors import ErrorCode, ToolError
 from bcer.datasets import detect_layout, read_dataset
 from bcer.datasets.brain import make_brain
 from bcer.datasets.layouts import brats, brats2023, flat
-from bcer.tools.io import load_sequence
+from bcer.io import load_sequence
 
 A = np.diag([-1.2, -1.2, 1.5, 1.0])
 SEQ_KEYS = ("t1n", "t1c", "t2w", "t2f")

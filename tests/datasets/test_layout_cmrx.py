@@ -11,8 +11,8 @@ from bcer.contracts.errors import ErrorCode, ToolError
 from bcer.datasets.kspace import make_kspace, make_kspace_case
 from bcer.datasets.layouts import cmrx, detect_layout, read_dataset
 from bcer.metrics import nrmse
-from bcer.tools.io import load_sequence
-from bcer.tools.io.cmrx import read_cmrx_kspace, read_cmrx_mask, write_cmrx_kspace, write_cmrx_mask
+from bcer.io import load_sequence
+from bcer.io.cmrx import read_cmrx_kspace, read_cmrx_mask, write_cmrx_kspace, write_cmrx_mask
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ from bcer.datasets import detect_layout, read_dataset
 from bcer.datasets.layouts import dicom as layout
 from bcer.datasets.phantom import Phantom
 from bcer.datasets.prostate import make_prostate
-from bcer.tools.io import load_sequence
-from bcer.tools.io.dicom import write_series
+from bcer.io import load_sequence
+from bcer.io.dicom import write_series
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ from bcer.contracts.errors import ErrorCode, ToolError
 from bcer.datasets import detect_layout, read_dataset
 from bcer.datasets.layouts import flat
 from bcer.datasets.layouts._inspect import inspect
-from bcer.tools.io import load_sequence
-from bcer.tools.io.dicom import write_series
+from bcer.io import load_sequence
+from bcer.io.dicom import write_series
 
 A = np.diag([0.8, 0.8, 3.0, 1.0])
 # (SeriesDescription, series number, value, slices) as a Siemens prostate export names them

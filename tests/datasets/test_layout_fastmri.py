@@ -12,8 +12,8 @@ from bcer.contracts.geometry import spacing
 from bcer.datasets.kspace import ifft2c, make_kspace_case, rss
 from bcer.datasets.layouts import detect_layout, fastmri, read_dataset
 from bcer.metrics import nrmse
-from bcer.tools.io import load_sequence
-from bcer.tools.io.fastmri import ismrmrd_xml, read_fastmri, read_fastmri_reference, write_fastmri
+from bcer.io import load_sequence
+from bcer.io.fastmri import ismrmrd_xml, read_fastmri, read_fastmri_reference, write_fastmri
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 from bcer.contracts.errors import ErrorCode, ToolError
 from bcer.datasets.layouts import detect_layout, read_dataset
 from bcer.datasets.layouts import flat
-from bcer.tools.io import load_sequence
+from bcer.io import load_sequence
 
 
 def _nii(path: Path, shape=(8, 9, 5), value: float = 1.0, affine=None) -> Path:

@@ -12,7 +12,7 @@ import SimpleITK as sitk
 from bcer.contracts.errors import ErrorCode, ToolError
 from bcer.datasets import detect_layout, read_dataset
 from bcer.datasets.layouts._inspect import inspect
-from bcer.tools.io import load_sequence
+from bcer.io import load_sequence
 
 
 def _mha(path: Path, value: float, shape=(6, 7, 8)) -> Path:

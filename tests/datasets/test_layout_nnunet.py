@@ -10,7 +10,7 @@ import pytest
 
 from bcer.contracts.errors import ErrorCode, ToolError
 from bcer.datasets.layouts import detect_layout, flat, read_dataset
-from bcer.tools.io import load_sequence
+from bcer.io import load_sequence
 
 AFF = np.diag([1.0, 1.0, 2.0, 1.0])
 

@@ -15,7 +15,7 @@ from bcer.datasets import detect_layout, read_dataset
 from bcer.datasets.layouts import picai
 from bcer.datasets.layouts._inspect import inspect
 from bcer.datasets.prostate import make_prostate
-from bcer.tools.io import load_sequence
+from bcer.io import load_sequence
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def test_itk_affine_agrees_with_nibabel_on_the_same_image(tmp_path: Path) -> Non
     sitk.WriteImage(img, str(tmp_path / "x.nrrd"))
     sitk.WriteImage(img, str(tmp_path / "x.nii.gz"))
     ref = nib.load(str(tmp_path / "x.nii.gz"))
-    from bcer.tools.io.itk import read_header, read_itk
+    from bcer.io.itk import read_header, read_itk
 
     for ext in ("mha", "nrrd"):
         got = read_itk(tmp_path / f"x.{ext}")

@@ -14,7 +14,7 @@ from bcer.datasets.layouts import dicom as dicom_layout
 from bcer.datasets.phantom import Phantom
 from bcer.datasets.prostate import FAMILIES, make_prostate, pirads_category
 from bcer.datasets.synth import family_kwargs, synth_cohort
-from bcer.tools.io import load_sequence
+from bcer.io import load_sequence
 
 
 @lru_cache(maxsize=None)

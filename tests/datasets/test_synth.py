@@ -9,7 +9,7 @@ import pytest
 from bcer.contracts.errors import ErrorCode, ToolError
 from bcer.datasets.synth import (DEFAULT_LAYOUT, GENERATORS, cohort_plan, get_generator,
                                  inspect_dataset, synth_cohort)
-from bcer.tools.io import load_sequence
+from bcer.io import load_sequence
 
 
 def test_plan_is_deterministic_and_balanced():

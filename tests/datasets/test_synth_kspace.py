@@ -6,7 +6,7 @@ import pytest
 
 from bcer.datasets import read_dataset
 from bcer.datasets.synth import synth_cohort
-from bcer.tools.io import load_sequence
+from bcer.io import load_sequence
 
 
 @pytest.mark.parametrize("layout,ndim", [("fastmri", 4), ("cmrx", 5)])

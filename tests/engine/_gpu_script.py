@@ -32,7 +32,7 @@ def _events(out: Path) -> list[dict[str, Any]]:
 
 def _toy_cases(root: Path, n: int) -> list:
     from bcer.contracts import Case, Image, SequenceRef
-    from bcer.tools.io import write_nifti
+    from bcer.io import write_nifti
 
     cases = []
     for i in range(n):
@@ -97,7 +97,7 @@ def _cardiac_cases(root: Path, n: int) -> list:
     from bcer.contracts import Case, SequenceRef
     from bcer.contracts.artifacts import ArtifactKind
     from bcer.datasets.cardiac import make_cardiac
-    from bcer.tools.io import write_nifti
+    from bcer.io import write_nifti
 
     cases = []
     for i in range(n):
@@ -172,7 +172,7 @@ def actors(out: Path, n: int = 4) -> dict[str, Any]:
 
     from bcer.agents.model_server import BundleActorPool
     from bcer.engine.gpu_usage import usage_summary
-    from bcer.tools.io import read_nifti
+    from bcer.io import read_nifti
     from bcer.tools.seg.bundle import shipped_bundle
 
     cases = _cardiac_cases(out / "in", n)

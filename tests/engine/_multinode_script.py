@@ -23,7 +23,7 @@ def main(out: Path) -> dict:
     from bcer.contracts import Case, DeliverableSpec, Image, PlanSketch, SequenceRef, TaskContract, Validator
     from bcer.engine.cohort import CohortConfig, run_cohort
     from bcer.engine.planning import StaticPlanner
-    from bcer.tools.io import write_nifti
+    from bcer.io import write_nifti
 
     importlib.import_module("tests.engine._exec_tools")
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})

@@ -11,7 +11,7 @@ import pytest
 import bcer
 from bcer.contracts import Case, Image, PlanSketch, SequenceRef
 from bcer.engine.cache import CorruptEntry, NodeCache, node_key
-from bcer.tools.io import read_nifti, write_nifti
+from bcer.io import read_nifti, write_nifti
 
 
 pytestmark = pytest.mark.timeout(150)

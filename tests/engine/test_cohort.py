@@ -13,7 +13,7 @@ from bcer.contracts import (Case, DeliverableSpec, Image, PlanSketch, SequenceRe
                             Validator)
 from bcer.engine.cohort import CohortConfig, admit_case, run_cohort
 from bcer.engine.planning import StaticPlanner
-from bcer.tools.io import write_nifti
+from bcer.io import write_nifti
 
 
 pytestmark = pytest.mark.timeout(180)
@@ -56,7 +56,7 @@ def test_corrupt_case_becomes_a_row_others_finish_and_rerun_resumes(ray_local, t
     for cid in ("sub00", "sub01", "sub03"):
         assert rows[cid]["status"] == "succeeded" and rows[cid]["sr"] == 1 and rows[cid]["tcr"] == 1.0
         assert (out / cid / "_DONE").exists()
-        img = bcer.tools.io.read_nifti(out / cid / "stepped.nii.gz")
+        img = bcer.io.read_nifti(out / cid / "stepped.nii.gz")
         assert np.allclose(img.data, int(cid[-2:]) + 3.0) and np.allclose(img.affine, AFFINE)
     assert not (out / "sub02" / "_DONE").exists()
     table = pq.read_table(out / "cohort.parquet")

@@ -14,7 +14,7 @@ from bcer.engine.cohort import CohortConfig, default_in_flight, run_cohort
 from bcer.engine.planning import StaticPlanner
 from bcer.engine.tables import CohortTables
 from bcer.engine.trace import read_events
-from bcer.tools.io import write_nifti
+from bcer.io import write_nifti
 
 
 pytestmark = pytest.mark.timeout(150)

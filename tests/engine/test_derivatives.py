@@ -72,7 +72,7 @@ def test_dicom_seg_and_sr_match_the_nifti_and_reference_the_source_series(prosta
     import highdicom as hd
     import pydicom
 
-    from bcer.tools.io.dicom_sr import read_measurements
+    from bcer.io.dicom_sr import read_measurements
 
     out, case = prostate_run
     t2_uid = case.sequences["T2w"].options["series_uid"]

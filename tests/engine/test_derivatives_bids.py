@@ -16,7 +16,7 @@ from bcer.contracts.artifacts import Image, Mask
 from bcer.engine.bids_out import entities
 from bcer.engine.derivatives import label_mapping
 from bcer.engine.exports import write_derivatives
-from bcer.tools.io import write_json, write_nifti
+from bcer.io import write_json, write_nifti
 
 from ._bids_validator import validator_errors
 

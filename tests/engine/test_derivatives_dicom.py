@@ -9,8 +9,8 @@ from pydicom.data import get_testdata_file
 from bcer.contracts import Case
 from bcer.engine.derivatives import Finished
 from bcer.engine.dicom_out import measurement_groups
-from bcer.tools.io.dicom_seg import read_source_series
-from bcer.tools.io.dicom_sr import PRIVATE_SCHEME, read_measurements, write_sr
+from bcer.io.dicom_seg import read_source_series
+from bcer.io.dicom_sr import PRIVATE_SCHEME, read_measurements, write_sr
 
 FUNCTION = {"kind": "table", "name": "cardiac_function",
             "units": {"lv_edv_ml": "mL", "lv_esv_ml": "mL", "lv_ef_pct": "%", "rv_edv_ml": "mL", "rv_esv_ml": "mL",

@@ -19,7 +19,7 @@ from bcer.contracts import (Case, DeliverableSpec, Image, PlanSketch, SequenceRe
 from bcer.engine.compiler import compile_plan
 from bcer.engine.executor import RunContext, run_case_workflow
 from bcer.engine.trace import events_table, read_events
-from bcer.tools.io import write_nifti
+from bcer.io import write_nifti
 
 
 pytestmark = pytest.mark.timeout(90)

@@ -104,7 +104,7 @@ def test_cpu_only_cluster_runs_gpu_tools_on_cpu_with_k_and_no_actor_pool(ray_loc
     from bcer.agents.model_server import BundleActorPool, bundle_server_factory
     from bcer.engine.cohort import CohortConfig, run_cohort
     from bcer.engine.planning import StaticPlanner
-    from bcer.tools.io import read_nifti, write_nifti
+    from bcer.io import read_nifti, write_nifti
     from bcer.tools.seg.bundle import shipped_bundle
 
     bundles = {"seg.cardiac": str(shipped_bundle())}

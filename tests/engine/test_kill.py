@@ -23,7 +23,7 @@ import pytest
 from bcer.contracts import Image
 from bcer.engine.cohort import CohortConfig, run_cohort
 from bcer.engine.planning import StaticPlanner
-from bcer.tools.io import write_nifti
+from bcer.io import write_nifti
 
 ROOT = Path(__file__).resolve().parents[2]
 script = importlib.import_module("tests.engine._cohort_script")

@@ -13,7 +13,7 @@ from bcer.contracts import Case, Image, PlanSketch, SequenceRef
 from bcer.engine.cohort import CohortConfig, run_cohort
 from bcer.engine.planning import StaticPlanner
 from bcer.engine.tables import MEASUREMENT_COLUMNS
-from bcer.tools.io import write_nifti
+from bcer.io import write_nifti
 
 VOXEL_ML = 2.0 * 2.0 * 2.0 / 1000.0
 AFFINE = np.diag([2.0, 2.0, 2.0, 1.0])

@@ -15,7 +15,7 @@ from bcer.engine.compiler import compile_plan
 from bcer.engine.executor import RunContext, run_case_workflow, run_case_workflows
 from bcer.engine.review import ReviewResult
 from bcer.engine.trace import read_events
-from bcer.tools.io import write_nifti
+from bcer.io import write_nifti
 
 importlib.import_module("tests.engine._seam_tools")
 

@@ -10,7 +10,7 @@ import pytest
 from bcer.contracts import Case, Image, PlanSketch, SequenceRef
 from bcer.engine.compiler import compile_plan
 from bcer.engine.executor import RunContext, run_case_workflows
-from bcer.tools.io import write_nifti
+from bcer.io import write_nifti
 
 pytestmark = pytest.mark.timeout(120)
 

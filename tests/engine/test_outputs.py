@@ -15,7 +15,7 @@ from bcer.engine.digest import artifact_digest, file_digest
 from bcer.engine.outputs import measurements_of, write_artifact
 from bcer.engine.trace import TraceWriter, call_hooks, events_table, read_events
 from bcer.engine.validate import score, validate_deliverable, validate_deliverables
-from bcer.tools.io import artifact_from_dict, write_nifti
+from bcer.io import artifact_from_dict, write_nifti
 
 AFF = np.array([[0, -1.5, 0, 10], [2.0, 0, 0, -5], [0, 0, 3.0, 1], [0, 0, 0, 1]])
 

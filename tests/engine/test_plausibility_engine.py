@@ -46,7 +46,7 @@ WRONG = {
 def _case(task: str, root: Path) -> Case:
     (c,) = synth_task_cases(task, 1, root / task, "small", seed=5)
     if task == "recon_cardiac":  # what the fastMRI reader gives from the ISMRMRD reconSpace
-        from bcer.tools.io import load_sequence
+        from bcer.io import load_sequence
 
         nx, ny = load_sequence(c.sequences["KSPACE"]).image_shape[:2]
         c = c.model_copy(update={"metadata": dict(c.metadata, recon_matrix=[nx, ny, 1])})

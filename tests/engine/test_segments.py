@@ -15,7 +15,7 @@ from bcer.contracts import PlanSketch
 from bcer.engine.compiler import compile_plan
 from bcer.engine.executor import RunContext, drive, run_case_workflow, run_case_workflows
 from bcer.engine.trace import read_events
-from bcer.tools.io import read_nifti
+from bcer.io import read_nifti
 
 from tests.engine.test_wholedag import branchy, killed_and_clean, make_case, tallies  # noqa: E402
 

@@ -12,7 +12,7 @@ from bcer.contracts import Case, Image, PlanSketch, SequenceRef
 from bcer.engine.compiler import compile_plan
 from bcer.engine.executor import RunContext, drive, run_case_workflow, run_case_workflows
 from bcer.engine.trace import read_events
-from bcer.tools.io import read_nifti, write_nifti
+from bcer.io import read_nifti, write_nifti
 
 
 pytestmark = pytest.mark.timeout(120)

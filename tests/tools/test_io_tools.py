@@ -12,9 +12,9 @@ from scipy.spatial.transform import Rotation
 from bcer.contracts.artifacts import Cine, Image, KSpace, Mask
 from bcer.contracts.errors import ErrorCode, ToolError
 from bcer.contracts.geometry import vox2world
-from bcer.tools.io.cmrx import write_cmrx_kspace, write_cmrx_mask
-from bcer.tools.io.dicom import write_series
-from bcer.tools.io.fastmri import write_fastmri
+from bcer.io.cmrx import write_cmrx_kspace, write_cmrx_mask
+from bcer.io.dicom import write_series
+from bcer.io.fastmri import write_fastmri
 from bcer.tools.registry import call_tool
 
 
@@ -128,7 +128,7 @@ def test_errors(tmp_path: Path, image: Image) -> None:
 
 
 def test_unknown_artifact_kind_in_json_is_a_schema_error():
-    from bcer.tools.io import artifact_from_dict
+    from bcer.io import artifact_from_dict
 
     with pytest.raises(ToolError) as e:
         artifact_from_dict({"kind": "tabel", "rows": []})

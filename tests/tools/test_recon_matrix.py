@@ -17,8 +17,8 @@ from bcer.datasets.layouts import fastmri
 from bcer.engine.cohort import admit_case
 from bcer.engine.validate import validate_deliverable
 from bcer.metrics import nrmse_scaled
-from bcer.tools.io.fastmri import domain_of, ismrmrd_xml, read_fastmri, read_fastmri_reference
-from bcer.tools.io.nifti import write_nifti
+from bcer.io.fastmri import domain_of, ismrmrd_xml, read_fastmri, read_fastmri_reference
+from bcer.io.nifti import write_nifti
 from bcer.tools.registry import call_tool
 
 _NS = {"m": "http://www.ismrm.org/ISMRMRD"}

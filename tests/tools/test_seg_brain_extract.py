@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("deepbet", reason="deepbet is the optional extra bcer[pretrained]")
 
 from bcer.datasets.synth import synth_cohort
-from bcer.tools.io import read_nifti
+from bcer.io import read_nifti
 from bcer.tools.registry import call_tool
 
 pytestmark = pytest.mark.timeout(240)

@@ -19,7 +19,7 @@ import nibabel as nib
 import torch
 
 from bcer.contracts.artifacts import Image
-from bcer.tools.io import write_nifti
+from bcer.io import write_nifti
 from bcer.tools.registry import call_tool
 from bcer.tools.seg import nnunet as nn_tool
 

@@ -383,7 +383,7 @@ def _header(ref: Any) -> str:
     if ref.format not in ("nifti", "nifti_frames"):  # other formats would be loaded whole: skip
         return f" ({ref.format})"
     try:
-        from ...datasets.layouts._common import sequence_header
+        from ...io import sequence_header
 
         h = sequence_header(ref)
         return (f", shape {'x'.join(str(int(n)) for n in h['shape'])}, spacing "

@@ -24,20 +24,16 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-import numpy as np
-
 from ...contracts.case import Case, SequenceRef
 from ...contracts.errors import ErrorCode, ToolError
-from ...contracts.geometry import orientation, spacing
-from ...tools.io import load_sequence, to_jsonable, write_json, write_nifti
+from ...io import sequence_header, to_jsonable, write_json, write_nifti
 
 log = logging.getLogger(__name__)
 
 TRUTH_FILE = "bcer_truth.json"
 
 __all__ = ["TRUTH_FILE", "sanitize_case_id", "write_truth", "read_truth", "ref_for",
-           "write_volume", "nifti_header", "sequence_header", "validate_case_shapes",
-           "list_case_dirs"]
+           "write_volume", "validate_case_shapes", "list_case_dirs"]
 
 
 def sanitize_case_id(raw: str) -> str:
@@ -117,56 +113,6 @@ def read_truth(case_dir: Path) -> dict[str, Any] | None:
         raise ToolError(ErrorCode.schema, f"malformed truth sidecar {path.name}: {e}",
                         hint=f"delete or rewrite {TRUTH_FILE}", file=str(path)) from e
     return out
-
-
-def nifti_header(path: str | Path) -> dict[str, Any]:
-    """Shape, spacing, orientation and affine of a NIfTI file from its header only.
-
-    Raises:
-        ToolError: ``input_missing`` (no file) or ``schema`` (unreadable header).
-    """
-    import gzip
-    import zlib
-
-    import nibabel as nib
-    from nibabel.filebasedimages import ImageFileError
-
-    path = Path(path)
-    if not path.exists():
-        raise ToolError(ErrorCode.input_missing, f"file not found: {path}", file=str(path))
-    try:
-        img = nib.load(str(path))
-        affine = np.asarray(img.affine, dtype=np.float64)
-        shape = tuple(int(n) for n in img.shape)
-    except (EOFError, OSError, zlib.error, gzip.BadGzipFile, ValueError, ImageFileError) as e:
-        raise ToolError(ErrorCode.schema, f"cannot read NIfTI header of {path.name}: "
-                        f"{type(e).__name__}: {e}", hint="the file is truncated or not NIfTI",
-                        file=str(path)) from e
-    return {"shape": shape, "spacing": spacing(affine), "orientation": orientation(affine),
-            "affine": affine, "dtype": str(img.get_data_dtype())}
-
-
-def sequence_header(ref: SequenceRef) -> dict[str, Any]:
-    """Header info for any SequenceRef; formats without a cheap header are loaded."""
-    if ref.format == "nifti":
-        h = nifti_header(ref.path)
-        if ref.options.get("channel") is not None:  # one channel of a 4-D multi-channel file (MSD)
-            h["shape"] = tuple(h["shape"][:3])
-        return h
-    if ref.format == "nifti_frames" and ref.options.get("frames"):
-        h = nifti_header(ref.options["frames"][0])
-        h["shape"] = tuple(h["shape"][:3]) + (len(ref.options["frames"]),)
-        return h
-    if ref.format == "itk":  # .mha/.nrrd: SimpleITK reads the header alone
-        from ...tools.io.itk import read_header
-
-        h = read_header(ref.path)
-        return {**h, "spacing": spacing(h["affine"]), "orientation": orientation(h["affine"])}
-    art = load_sequence(ref)
-    affine = np.asarray(art.affine, dtype=np.float64)
-    shape = tuple(int(n) for n in getattr(art, "image_shape", np.shape(art.data)))
-    return {"shape": shape, "spacing": spacing(affine), "orientation": orientation(affine),
-            "affine": affine, "dtype": str(np.asarray(art.data).dtype)}
 
 
 def validate_case_shapes(case: Case, names: Iterable[str] | None = None,

@@ -10,7 +10,7 @@ from typing import Any, Iterable, Mapping
 from ...contracts.case import Case, SequenceRef
 from ...contracts.errors import ToolError
 from ...contracts.sequences import canonical_sequence
-from ._common import sequence_header
+from ...io import sequence_header
 
 __all__ = ["inspect", "runnable_tasks"]
 

@@ -22,8 +22,9 @@ from typing import Any, Iterable
 from ...contracts.artifacts import Mask
 from ...contracts.case import Case, SequenceRef
 from ...contracts.errors import ErrorCode, ToolError
+from ...io.nifti import read_header
 from ..phantom import Phantom
-from ._common import (nifti_header, read_each, read_truth, ref_for,
+from ._common import (read_each, read_truth, ref_for,
                       validate_case_shapes, write_truth, write_volume)
 
 log = logging.getLogger(__name__)
@@ -192,7 +193,7 @@ def _check_frames(case: Case, info: dict[str, Any], info_path: Path) -> None:
     ref = case.sequences.get("CINE")
     if ref is None:
         return
-    shape = nifti_header(ref.path)["shape"]
+    shape = read_header(ref.path)["shape"]
     if len(shape) != 4:
         raise ToolError(ErrorCode.shape, f"{Path(ref.path).name} has shape {shape}; expected (X,Y,Z,T)",
                         case=case.id, file=ref.path)

@@ -34,7 +34,7 @@ import numpy as np
 from ...contracts.case import Case
 from ...contracts.errors import ErrorCode, ToolError
 from ...contracts.sequences import canonical_sequence
-from ...tools.io import atomic_write_bytes, write_json
+from ...io import atomic_write_bytes, write_json
 from ..phantom import Phantom
 from ._common import (read_each, read_truth, ref_for, sanitize_case_id,
                       validate_case_shapes, write_truth, write_volume)

@@ -23,9 +23,10 @@ from typing import Any, Iterable
 
 from ...contracts.case import Case, SequenceRef
 from ...contracts.errors import ErrorCode, ToolError
-from ...tools.io.cmrx import kspace_shape, write_cmrx_kspace, write_cmrx_mask
+from ...io.nifti import read_header
+from ...io.cmrx import kspace_shape, write_cmrx_kspace, write_cmrx_mask
 from ..phantom import Phantom
-from ._common import nifti_header, read_each, read_truth, write_truth, write_volume
+from ._common import read_each, read_truth, write_truth, write_volume
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ def _check_grids(case: Case) -> None:
     for name, r in [*gt.get("labels", {}).items(), *gt.get("references", {}).items()]:
         if r["format"] != "nifti":
             continue
-        got = tuple(nifti_header(r["path"])["shape"][:3])
+        got = tuple(read_header(r["path"])["shape"][:3])
         if got != grid:
             raise ToolError(ErrorCode.shape, f"{name} of case {case.id} has grid {got}, the k-space images {grid}",
                             case=case.id, file=r["path"], other=ref.path)

@@ -11,7 +11,7 @@ Written form (what ``write`` produces, and what ``read`` accepts among other sha
 Each series is written on its own grid, oblique or not, as its affine says; InstanceNumbers follow
 the array's slice axis, so a grid whose slice axis runs against the in-plane cross product (a
 left-handed grid) is a series numbered against the slice normal, and the reader keeps that
-order (``bcer.tools.io.dicom``): series of one case may be numbered in opposite directions.
+order (``bcer.io.dicom``): series of one case may be numbered in opposite directions.
 A sequence whose ``meta["series_description"]`` is set is written under that description.
 
 Reading identifies series by SeriesDescription, then ProtocolName, through the one alias
@@ -23,13 +23,12 @@ sequence is the one series whose SeriesDescription (or ProtocolName) the glob ma
 case-insensitively; no match or several is an error listing the series the case has.
 Every chosen series is checked from its headers (orientation, duplicated or missing slices)
 when the case is read, so a broken series is named with its case before anything runs. Only headers are read; pixels load lazily through
-``bcer.tools.io.load_sequence`` (format ``dicom``, ``options.series_uid``).
+``bcer.io.load_sequence`` (format ``dicom``, ``options.series_uid``).
 """
 from __future__ import annotations
 
 import fnmatch
 import logging
-import re
 from itertools import islice
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -40,7 +39,7 @@ from ...contracts.artifacts import Image, Mask
 from ...contracts.case import Case, SequenceRef
 from ...contracts.errors import ErrorCode, ToolError
 from ...contracts.sequences import canonical_sequence
-from ...tools.io.dicom import check_series, list_series, sanitise_description, write_series
+from ...io.dicom import check_series, list_series, patient_metadata, sanitise_description, write_series
 from ..phantom import Phantom
 from ._common import read_each, read_truth, sanitize_case_id, write_truth, write_volume
 
@@ -159,35 +158,6 @@ def write(phantoms: Iterable[Phantom], out: Path) -> list[Case]:
 
 # ----------------------------------------------------------------------------- reading
 
-def _age(value: Any) -> float | None:
-    m = re.fullmatch(r"(\d{1,3})([DWMY]?)", str(value or "").strip())
-    if not m:
-        return None
-    per_year = {"D": 365.25, "W": 52.18, "M": 12.0, "Y": 1.0, "": 1.0}[m.group(2)]
-    return round(int(m.group(1)) / per_year, 2)
-
-
-def _header_metadata(first_file: str) -> dict[str, Any]:
-    """Patient metadata from one header (real data carries no truth sidecar)."""
-    import pydicom
-
-    ds = pydicom.dcmread(first_file, stop_before_pixels=True,
-                         specific_tags=["PatientAge", "PatientSex", "PatientWeight", "PatientSize"])
-    meta: dict[str, Any] = {}
-    if _age(ds.get("PatientAge")) is not None:
-        meta["age"] = _age(ds.get("PatientAge"))
-    if ds.get("PatientSex"):
-        meta["sex"] = str(ds.PatientSex)
-    try:
-        if ds.get("PatientWeight"):
-            meta["weight"] = float(ds.PatientWeight)
-        if ds.get("PatientSize"):
-            meta["height"] = round(float(ds.PatientSize) * 100.0, 1)
-    except (TypeError, ValueError):
-        log.debug("unparseable patient size/weight in %s", first_file)
-    return meta
-
-
 def _guess_domain(names: Iterable[str]) -> str:
     names = set(names)
     if {"T2w", "ADC", "DWI"} & names:
@@ -257,7 +227,7 @@ def _read_case(d: Path, seq: Mapping[str, str] | None = None) -> Case:
             raise e.with_context(case=cid, sequence=name)
     sequences = {name: _series_ref(s) for name, s in chosen.items()}
     truth = read_truth(d)
-    metadata = _header_metadata(series[0]["files"][0]) if series else {}
+    metadata = patient_metadata(series[0]["files"][0]) if series else {}
     gt = None
     domain = _guess_domain(sequences)
     if truth is not None:
@@ -294,7 +264,7 @@ def read(root: Path, seq: Mapping[str, str] | None = None) -> list[Case]:
 
 def load_label(case: Case, name: str) -> Mask:
     """Convenience: the ground-truth label map ``name`` of a case written by ``write``."""
-    from ...tools.io import load_sequence
+    from ...io import load_sequence
 
     if not case.ground_truth or name not in case.ground_truth.get("labels", {}):
         raise ToolError(ErrorCode.input_missing, f"case {case.id} has no ground-truth label {name!r}",

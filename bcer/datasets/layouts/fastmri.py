@@ -1,11 +1,11 @@
 """fastMRI layout: one ``.h5`` file per case (e.g. ``multicoil_val/file1000001.h5``).
 
 Each file holds ``kspace`` (slices, coils, kx, ky) and, in training/validation sets,
-``reconstruction_rss`` (see ``bcer.tools.io.fastmri``). A case has sequence ``KSPACE``;
+``reconstruction_rss`` (see ``bcer.io.fastmri``). A case has sequence ``KSPACE``;
 ``ground_truth.references["KSPACE"]`` is the ``reconstruction_rss`` image when present;
 metadata has the file's ``acquisition`` and ``patient_id``, and the header's ``recon_matrix``
 and ``encoded_matrix`` ([x, y]: ISMRMRD reconSpace / the k-space matrix); the case domain is
-the phantom's, else read from the header (``bcer.tools.io.fastmri.domain_of``: knee, brain,
+the phantom's, else read from the header (``bcer.io.fastmri.domain_of``: knee, brain,
 prostate, cardiac, or ``unknown``). Phantom cohorts add a
 ``bcer_truth`` attribute (truth values + metadata) and, when the phantom has label maps,
 ``<stem>_<label>.nii.gz`` files beside the ``.h5`` (ignored by readers of real data).
@@ -19,10 +19,11 @@ from typing import Any, Iterable
 
 from ...contracts.case import Case, SequenceRef
 from ...contracts.errors import ErrorCode, ToolError
-from ...tools.io.fastmri import fastmri_header, read_truth_attrs, write_fastmri
+from ...io.nifti import read_header
+from ...io.fastmri import fastmri_header, read_truth_attrs, write_fastmri
 from ..kspace import KSPACE_SOURCES
 from ..phantom import Phantom
-from ._common import nifti_header, read_each, ref_for, sanitize_case_id, write_volume
+from ._common import read_each, ref_for, sanitize_case_id, write_volume
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ def _check_labels(case: Case) -> None:
     rx, ry = case.metadata.get("recon_matrix", [x, y])
     shape = (min(rx, x) if y >= ry else y, min(ry, y), z)
     for name, r in (case.ground_truth or {}).get("labels", {}).items():
-        got = nifti_header(r["path"])["shape"]
+        got = read_header(r["path"])["shape"]
         if tuple(got[:3]) != shape:
             raise ToolError(ErrorCode.shape, f"label {name} of case {case.id} has grid {tuple(got[:3])}, "
                             f"k-space images are {shape} (recon matrix)", case=case.id, file=r["path"])

@@ -29,7 +29,7 @@ from ...contracts.case import Case, SequenceRef
 from ...contracts.errors import ErrorCode, ToolError, did_you_mean
 from ..phantom import Phantom
 from .brats2023 import labels_for_name
-from ...tools.io.itk import is_itk_file
+from ...io.itk import is_itk_file
 from ._common import read_each, read_truth, ref_for, sanitize_case_id, validate_case_shapes, write_truth, write_volume
 from ._mapping import MAPPING_NAMES, is_mapping_file, read_mapping
 from ._sequences import LABEL_WORDS, domain_of, is_label_word, known_sequences, sequence_name, settle_t2

@@ -31,9 +31,10 @@ from ...contracts.artifacts import ArtifactKind, Image, Mask
 from ...contracts.case import Case, SequenceRef
 from ...contracts.errors import ErrorCode, ToolError
 from ...contracts.sequences import CANONICAL
-from ...tools.io import write_json
+from ...io import write_json
+from ...io.nifti import read_header
 from ..phantom import Phantom
-from ._common import (nifti_header, read_each, read_truth, ref_for, sanitize_case_id, validate_case_shapes,
+from ._common import (read_each, read_truth, ref_for, sanitize_case_id, validate_case_shapes,
                       write_truth, write_volume)
 from ._sequences import domain_of, sequence_name, settle_t2
 
@@ -149,7 +150,7 @@ def _case_files(images: Path) -> dict[str, dict[int, Path] | Path]:
 
 def _refs(case: str, files: dict[int, Path] | Path, channels: dict[int, str]) -> dict[str, SequenceRef]:
     if isinstance(files, Path):  # MSD: all channels in one file, channels last
-        shape = nifti_header(files)["shape"]
+        shape = read_header(files)["shape"]
         n = shape[3] if len(shape) == 4 else 1
         if n != len(channels):
             raise ToolError(ErrorCode.shape, f"case {case}: {files.name} holds {n} channel(s), dataset.json names "

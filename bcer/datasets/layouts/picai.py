@@ -27,9 +27,10 @@ import numpy as np
 
 from ...contracts.case import Case, SequenceRef
 from ...contracts.errors import ErrorCode, ToolError
-from ...tools.io import write_nifti
+from ...io import sequence_header, write_nifti
+from ...io.itk import write_itk
 from ..phantom import Phantom
-from ._common import read_each, read_truth, ref_for, sequence_header, write_truth
+from ._common import read_each, read_truth, ref_for, write_truth
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ def lesions_from_mask(data: np.ndarray, affine: np.ndarray) -> list[dict[str, An
 
 def _lesion_truth(cid: str, label: Path, t2w: SequenceRef) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(label ref dict, lesion records) for a study's mask, checked against the T2w grid."""
-    from ...tools.io import load_sequence
+    from ...io import load_sequence
 
     ref = ref_for(label.resolve(), kind="mask", labels={1: "csPCa"})
     mask = load_sequence(ref)
@@ -202,21 +203,6 @@ def read(root: Path) -> list[Case]:
 
 
 # ---- writing (phantom cohorts) ----------------------------------------------------------------------
-def _write_mha(art: Any, path: Path) -> None:
-    import SimpleITK as sitk
-
-    from ...tools.io.itk import LPS_TO_RAS
-
-    lps = LPS_TO_RAS @ np.asarray(art.affine, dtype=np.float64)
-    sp = np.linalg.norm(lps[:3, :3], axis=0)
-    img = sitk.GetImageFromArray(np.ascontiguousarray(np.asarray(art.data, np.float32).transpose(2, 1, 0)))
-    img.SetSpacing(sp.tolist())
-    img.SetDirection((lps[:3, :3] / sp).flatten().tolist())
-    img.SetOrigin(lps[:3, 3].tolist())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sitk.WriteImage(img, str(path), True)
-
-
 def write(phantoms: Iterable[Phantom], out: Path, truth_sidecar: bool = True) -> list[Case]:
     """Write prostate phantoms as PI-CAI studies (patient ``1<n:04d>``, study ``<n+1:07d>``),
     lesion masks under ``picai_labels/csPCa_lesion_delineations/human_expert/resampled``;
@@ -228,7 +214,7 @@ def write(phantoms: Iterable[Phantom], out: Path, truth_sidecar: bool = True) ->
         patient, study = f"1{n:04d}", f"{n + 1:07d}"
         cid = f"{patient}_{study}"
         for key, seq in (("t2w", "T2w"), ("adc", "ADC"), ("hbv", "DWI")):
-            _write_mha(p.sequences[seq], out / patient / f"{cid}_{key}.mha")
+            write_itk(p.sequences[seq], out / patient / f"{cid}_{key}.mha")
         lab = out / LABELS_DIR / "csPCa_lesion_delineations" / "human_expert" / "resampled" / f"{cid}.nii.gz"
         lesions = p.labels["lesions"]
         write_nifti(type(lesions)((np.asarray(lesions.data) > 0).astype(np.int16), lesions.affine, {}, {1: "csPCa"}),

@@ -199,7 +199,7 @@ def _loaded_sequence(loaded: SequenceSource | None, key: str) -> Volume | None:
 
 
 def _read_sequence(ref: Any) -> Volume:
-    from ...tools.io import load_sequence
+    from ...io import load_sequence
 
     try:
         art = load_sequence(ref)

@@ -115,7 +115,7 @@ def _labels(dataset: dict[str, Any]) -> dict[int, str]:
 
 def predict(predictor: Any, images: list[Image]) -> Mask:
     """Run ``predictor`` on co-registered ``images`` (in dataset.json's channel order)."""
-    from ..io import read_nifti, write_nifti
+    from ...io import read_nifti, write_nifti
 
     rw = predictor.plans_manager.image_reader_writer_class()
     n_in = len(predictor.dataset_json.get("channel_names", predictor.dataset_json.get("modality", {})))

@@ -16,7 +16,7 @@ from bcer.agents.llm import make_backend
 from bcer.agents.llm.http import OpenAIHTTPBackend
 from bcer.agents.planners.llm import LLMPlanner
 from bcer.contracts import Case, ErrorCode, Image, SequenceRef, ToolError, load_contract
-from bcer.tools.io import write_nifti
+from bcer.io import write_nifti
 
 SCHEMA = {"title": "Answer", "type": "object", "properties": {"answer": {"enum": ["yes", "no"]}},
           "required": ["answer"], "additionalProperties": False}

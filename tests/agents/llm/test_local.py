@@ -13,7 +13,7 @@ from bcer.agents.llm import make_backend
 from bcer.agents.llm.local import cache_dir, converted_checkpoint
 from bcer.api import plan_case
 from bcer.contracts import Case, Image, SequenceRef
-from bcer.tools.io import write_nifti
+from bcer.io import write_nifti
 
 pytestmark = pytest.mark.timeout(900)  # a cold cache converts the GGUF once (~40 s on 2 busy cores)
 

@@ -25,7 +25,7 @@ from bcer.agents.llm import make_backend
 from bcer.agents.llm.local import converted_checkpoint
 from bcer.agents.planners.llm import LLMPlanner
 from bcer.contracts import Case, ErrorCode, Image, SequenceRef, ToolError, load_contract
-from bcer.tools.io import write_nifti
+from bcer.io import write_nifti
 
 pytestmark = pytest.mark.timeout(600)
 SCHEMA = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}, "required": ["answer"],

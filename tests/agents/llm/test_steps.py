@@ -18,7 +18,7 @@ from bcer.agents.planners.llm import LLMPlanner
 from bcer.contracts import Case, ErrorCode, Image, PlanStep, SequenceRef, ToolError, load_contract
 from bcer.contracts.event import Event
 from bcer.engine.compiler import compile_plan
-from bcer.tools.io import write_nifti
+from bcer.io import write_nifti
 
 fake = importlib.import_module("tests.agents._fake_llm")
 SEG_STEP = PlanStep(id="seg_brain_tumor", tool="seg.brain_tumor",

@@ -13,7 +13,7 @@ from bcer.agents.planners.offline import OfflinePlanner, plannable_tools
 from bcer.agents.planners.llm import LLMPlanner, plan_schema  # whole-plan decoding (decoding="plan")
 from bcer.contracts import Case, ErrorCode, Image, SequenceRef, ToolError, load_contract
 from bcer.engine.planning import plan_and_compile
-from bcer.tools.io import write_nifti
+from bcer.io import write_nifti
 
 fake = importlib.import_module("tests.agents._fake_llm")
 AFFINE = np.diag([1.0, 1.0, 2.0, 1.0])

@@ -20,7 +20,7 @@ from bcer.contracts import Case, Image, PlanSketch, SequenceRef
 from bcer.engine.compiler import compile_plan
 from bcer.engine.executor import RunContext, run_case_workflow
 from bcer.engine.trace import read_events
-from bcer.tools.io import write_nifti
+from bcer.io import write_nifti
 
 importlib.import_module("tests.engine._exec_tools")  # xtoy.* tools, in the driver and the workers
 fake = importlib.import_module("tests.agents._fake_llm")

@@ -8,7 +8,7 @@ from scipy.spatial.transform import Rotation
 
 from bcer.contracts.errors import ErrorCode, ToolError
 from bcer.contracts.geometry import vox2world
-from bcer.tools._sitk import (from_sitk, geometry_from_affine, ras_to_transform, reference_grid,
+from bcer.io.sitk_bridge import (from_sitk, geometry_from_affine, ras_to_transform, reference_grid,
                               to_sitk, transform_to_ras)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...contracts.errors import ErrorCode, ToolError
+from ..contracts.errors import ErrorCode, ToolError
 
 if TYPE_CHECKING:
     import h5py

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ...contracts.errors import ErrorCode, ToolError
+from ..contracts.errors import ErrorCode, ToolError
 
 _SPACING_RTOL = 0.01  # slice steps may differ by 1 % (rounding in IPP strings), no more
 __all__ = ["Frame", "frames_of", "order_frames", "slice_step", "check_stack"]
@@ -121,7 +121,7 @@ def frames_of(ds, path: Path) -> list[Frame]:
 
 def order_frames(frames: list[Frame]) -> list[Frame]:
     """Frames sorted along the slice normal; a stack whose acquisition order runs exactly
-    against the normal keeps that order (a left-handed stack, see ``bcer.tools.io.dicom``)."""
+    against the normal keeps that order (a left-handed stack, see ``bcer.io.dicom``)."""
     normal = frames[0].normal
     pos = np.array([np.dot(normal, f.ipp) for f in frames])
     order = list(np.argsort(pos, kind="stable"))

@@ -13,8 +13,8 @@ import pytest
 from pydicom.data import get_testdata_file
 
 from bcer.contracts.errors import ToolError
-from bcer.tools.io.dicom_seg import frame_geometry, read_source_series, write_seg
-from bcer.tools.io.dicom_sr import Group, Item, read_measurements, write_sr
+from bcer.io.dicom_seg import frame_geometry, read_source_series, write_seg
+from bcer.io.dicom_sr import Group, Item, read_measurements, write_sr
 
 
 def affine_of(geometry) -> np.ndarray:

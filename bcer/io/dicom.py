@@ -17,7 +17,7 @@ Geometry conventions (why each step is needed):
 - Stored values become ``raw * RescaleSlope + RescaleIntercept`` (per file or per frame), as float32.
 - Enhanced (multi-frame) objects are read frame by frame from their functional groups, and
   compressed transfer syntaxes are decoded by pydicom's pylibjpeg plugins
-  (``bcer.tools.io.dicom_frames`` holds the frame geometry and the stack checks).
+  (``bcer.io.dicom_frames`` holds the frame geometry and the stack checks).
 """
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from ...contracts.artifacts import Image, Mask
-from ...contracts.errors import ErrorCode, ToolError
+from ..contracts.artifacts import Image, Mask
+from ..contracts.errors import ErrorCode, ToolError
 from .dicom_frames import Frame, check_stack, frames_of
 
 log = logging.getLogger(__name__)
@@ -245,6 +245,37 @@ def read_sequence(ref) -> Image:
     """SequenceRef reader for format ``dicom``: ``ref.path`` is a folder (or file) of one
     series; ``ref.options['series_uid']`` selects a series when the folder holds several."""
     return read_series(ref.path, ref.options.get("series_uid"))
+
+
+def _age(value: Any) -> float | None:
+    m = re.fullmatch(r"(\d{1,3})([DWMY]?)", str(value or "").strip())
+    if not m:
+        return None
+    per_year = {"D": 365.25, "W": 52.18, "M": 12.0, "Y": 1.0, "": 1.0}[m.group(2)]
+    return round(int(m.group(1)) / per_year, 2)
+
+
+def patient_metadata(first_file: str) -> dict[str, Any]:
+    """Age (years), sex, weight (kg) and height (cm) from one header (real data carries no truth
+    sidecar); tags that are absent or unparseable are left out."""
+    import pydicom
+
+    ds = pydicom.dcmread(first_file, stop_before_pixels=True,
+                         specific_tags=["PatientAge", "PatientSex", "PatientWeight", "PatientSize"])
+    meta: dict[str, Any] = {}
+    if _age(ds.get("PatientAge")) is not None:
+        meta["age"] = _age(ds.get("PatientAge"))
+    if ds.get("PatientSex"):
+        meta["sex"] = str(ds.PatientSex)
+    try:
+        if ds.get("PatientWeight"):
+            meta["weight"] = float(ds.PatientWeight)
+        if ds.get("PatientSize"):
+            meta["height"] = round(float(ds.PatientSize) * 100.0, 1)
+    except (TypeError, ValueError):
+        log.debug("unparseable patient size/weight in %s", first_file)
+    return meta
+
 
 
 # ----------------------------------------------------------------------------- writing

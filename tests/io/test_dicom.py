@@ -13,8 +13,8 @@ from pydicom.data import get_testdata_file
 from bcer.contracts.artifacts import Image, Mask
 from bcer.contracts.case import SequenceRef
 from bcer.contracts.errors import ErrorCode, ToolError
-from bcer.tools.io import load_sequence
-from bcer.tools.io.dicom import list_series, read_series, write_series
+from bcer.io import load_sequence
+from bcer.io.dicom import list_series, read_series, write_series
 
 # The MR files pydicom ships in its wheel (the rest of its test data needs a download).
 SHIPPED_MR = ["MR_small.dcm", "MR_small_implicit.dcm", "MR_small_bigendian.dcm", "MR_small_expb.dcm",

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from ...contracts.artifacts import Cine, Image, Mask
-from ...contracts.errors import ErrorCode, ToolError
+from ..contracts.artifacts import Cine, Image, Mask
+from ..contracts.errors import ErrorCode, ToolError
+from ..contracts.geometry import orientation, spacing
 
 
 _LABELS_ECODE = 6  # NIfTI-1 "comment" extension: a JSON label table {value: name}
@@ -89,6 +90,30 @@ def read_nifti(path: str | Path, kind: str = "image", labels: dict[int, str] | N
         return Mask(data.astype(np.int16), affine, meta, labels=dict(labels or {}))
     data = data.astype(np.float32, copy=False)
     return Cine(data, affine, meta) if data.ndim == 4 else Image(data, affine, meta)
+
+
+def read_header(path: str | Path) -> dict[str, Any]:
+    """Shape, spacing, orientation, affine and dtype of a NIfTI file from its header only.
+
+    Raises:
+        ToolError: ``input_missing`` (no file) or ``schema`` (unreadable header).
+    """
+    import nibabel as nib
+    from nibabel.filebasedimages import ImageFileError
+
+    path = Path(path)
+    if not path.exists():
+        raise ToolError(ErrorCode.input_missing, f"file not found: {path}", file=str(path))
+    try:
+        img = nib.load(str(path))
+        affine = np.asarray(img.affine, dtype=np.float64)
+        shape = tuple(int(n) for n in img.shape)
+    except (EOFError, OSError, zlib.error, gzip.BadGzipFile, ValueError, ImageFileError) as e:
+        raise ToolError(ErrorCode.schema, f"cannot read NIfTI header of {path.name}: "
+                        f"{type(e).__name__}: {e}", hint="the file is truncated or not NIfTI",
+                        file=str(path)) from e
+    return {"shape": shape, "spacing": spacing(affine), "orientation": orientation(affine),
+            "affine": affine, "dtype": str(img.get_data_dtype())}
 
 
 def atomic_write_bytes(path: str | Path, payload: bytes, *more: bytes) -> Path:

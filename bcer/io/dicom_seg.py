@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ...contracts.errors import ErrorCode, ToolError
+from ..contracts.errors import ErrorCode, ToolError
 
 log = logging.getLogger(__name__)
 _LPS_FROM_RAS = np.diag([-1.0, -1.0, 1.0])

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from ...contracts.artifacts import (Classification, Finding, Findings, Report, Table,
-                                    Transform)
-from ...contracts.errors import ErrorCode, ToolError
+from ..contracts.artifacts import (Classification, Finding, Findings, Report, Table,
+                                   Transform)
+from ..contracts.errors import ErrorCode, ToolError
 from .nifti import atomic_write_bytes
 
 

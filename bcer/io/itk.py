@@ -1,9 +1,7 @@
 """MetaImage (``.mha``/``.mhd``) and NRRD volumes through SimpleITK, with the exact geometry.
 
-ITK keeps geometry in LPS: voxel index ``(i, j, k)`` sits at ``origin + D @ diag(spacing) @ (i, j, k)``
-with ``D`` the direction matrix (columns: the axis directions). bcer works in RAS, so the
-affine is ``diag(-1, -1, 1, 1) @ [[D @ diag(spacing), origin], [0, 1]]``. ``GetArrayFromImage``
-returns (z, y, x); bcer arrays are (X, Y, Z), so the array is transposed.
+ITK keeps geometry in LPS and arrays as (z, y, x); the conversion to bcer's RAS affine and
+(X, Y, Z) arrays is ``sitk_bridge``'s, the one place that knows both conventions.
 
 PI-CAI ships its images as ``.mha`` (ADC in 10^-6 mm^2/s, the unit bcer's ADC tools use).
 """
@@ -14,26 +12,17 @@ from typing import Any
 
 import numpy as np
 
-from ...contracts.artifacts import Image, Mask
-from ...contracts.errors import ErrorCode, ToolError
+from ..contracts.artifacts import Image, Mask
+from ..contracts.errors import ErrorCode, ToolError
+from .sitk_bridge import affine_from_geometry, to_sitk
 
-LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
 SUFFIXES = (".mha", ".mhd", ".nrrd", ".nhdr")
 
-__all__ = ["SUFFIXES", "is_itk_file", "itk_affine", "read_header", "read_itk", "read_sequence"]
+__all__ = ["SUFFIXES", "is_itk_file", "read_header", "read_itk", "read_sequence", "write_itk"]
 
 
 def is_itk_file(path: str | Path) -> bool:
     return Path(path).suffix.lower() in SUFFIXES
-
-
-def itk_affine(direction: Any, spacing: Any, origin: Any) -> np.ndarray:
-    """The RAS affine of an ITK image's (flat 3x3 direction, spacing, origin)."""
-    d = np.asarray(direction, dtype=np.float64).reshape(3, 3)
-    lps = np.eye(4)
-    lps[:3, :3] = d @ np.diag(np.asarray(spacing, dtype=np.float64))
-    lps[:3, 3] = np.asarray(origin, dtype=np.float64)
-    return LPS_TO_RAS @ lps
 
 
 def _reader(path: Path):
@@ -69,7 +58,7 @@ def read_header(path: str | Path) -> dict[str, Any]:
                         hint="the file is truncated or not a MetaImage/NRRD", file=str(path)) from e
     _check_3d(r.GetDimension(), r.GetNumberOfComponents(), path)
     return {"shape": tuple(int(n) for n in r.GetSize()),
-            "affine": itk_affine(r.GetDirection(), r.GetSpacing(), r.GetOrigin()),
+            "affine": affine_from_geometry(r.GetOrigin(), r.GetSpacing(), r.GetDirection()),
             "dtype": sitk.GetPixelIDValueAsString(r.GetPixelID())}
 
 
@@ -91,7 +80,7 @@ def read_itk(path: str | Path, kind: str = "image", labels: dict[int, str] | Non
                         hint="the file is truncated or not a MetaImage/NRRD", file=str(path)) from e
     _check_3d(img.GetDimension(), img.GetNumberOfComponentsPerPixel(), path)
     data = np.ascontiguousarray(sitk.GetArrayFromImage(img).transpose(2, 1, 0))
-    affine = itk_affine(img.GetDirection(), img.GetSpacing(), img.GetOrigin())
+    affine = affine_from_geometry(img.GetOrigin(), img.GetSpacing(), img.GetDirection())
     meta = {"source": str(path), "format": "itk"}
     if kind == "mask":
         return Mask(data.astype(np.int16), affine, meta, labels=dict(labels or {}))
@@ -106,3 +95,13 @@ def read_sequence(ref) -> Image | Mask:
     kind = ref.kind.value if hasattr(ref.kind, "value") else str(ref.kind)
     labels = {int(k): v for k, v in ref.options.get("labels", {}).items()}
     return read_itk(ref.path, "mask" if kind == "mask" else "image", labels)
+
+
+def write_itk(artifact: Image, path: str | Path, compress: bool = True) -> Path:
+    """Write a 3-D Image as ``.mha``/``.nrrd`` (float32) on its own grid."""
+    import SimpleITK as sitk
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sitk.WriteImage(to_sitk(np.asarray(artifact.data), artifact.affine, np.float32), str(path), compress)
+    return path

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...contracts.artifacts import Image, KSpace
-from ...contracts.errors import ErrorCode, ToolError
+from ..contracts.artifacts import Image, KSpace
+from ..contracts.errors import ErrorCode, ToolError
 from ._hdf5 import open_hdf5
 from .serialize import to_jsonable
 

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...contracts.artifacts import Cine, Image, KSpace
-from ...contracts.errors import ErrorCode, ToolError
+from ..contracts.artifacts import Cine, Image, KSpace
+from ..contracts.errors import ErrorCode, ToolError
 from ._hdf5 import open_hdf5
 
 if TYPE_CHECKING:
