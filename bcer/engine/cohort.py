@@ -280,7 +280,7 @@ class _Runner:
                         job, _ = self.active.pop(run)
                         job.active -= 1
                     else:
-                        run._maybe_done()
+                        run.maybe_done()
             now = time.time()
             if now - last >= _HOUSEKEEPING_S:
                 last = now

@@ -40,7 +40,7 @@ def drive(loop: EventLoop, runs: list[CaseRun]) -> None:
         if not len(loop):
             for r in runs:  # nothing left to wait for: close whatever is still open
                 if not r.finished:
-                    r._maybe_done()
+                    r.maybe_done()
             break
         loop.poll(_TICK_S)
         now = time.time()
@@ -94,9 +94,9 @@ def run_case_workflow(workflow: Workflow, case: Case, ctx: RunContext, *,
         err = e.to_dict() if isinstance(e, ToolError) else ToolError(
             ErrorCode.internal, f"executor crashed: {type(e).__name__}: {e}").to_dict()
         err.update(node=None, tool=None)
-        outcome = CaseOutcome(case.id, "failed", err, node_status=run.status if run else {},
-                              deliverables=run.deliverable_paths() if run else {},
-                              repairs=run.repairs if run else 0)
+        outcome = CaseOutcome(case.id, "failed", err, node_status=run.state.node_status() if run else {},
+                              deliverables=run.state.deliverable_paths() if run else {},
+                              repairs=run.state.repairs if run else 0)
         trace.emit("case_finished", error_code=err["code"], message=err["message"],
                    data={"traceback": traceback.format_exc()[-4000:]})
         call_hooks(hooks, "on_case_end", case=case.id, outcome=outcome)

@@ -57,21 +57,21 @@ def submit_fused(run: Any) -> bool:
     from .models import serving
     from .remote import remote_fused, submit
 
-    if run.error is not None or any(st != "pending" for st in run.status.values()):
+    st, sub = run.state, run.submitter
+    if st.error is not None or any(s.status != "pending" for s in st.nodes.values()):
         return False
-    if any(run._reviewed_writes(n) for n in run.wf.nodes):  # a report the driver reviews (R4) before writing
+    if any(sub.reviewed_writes(n) for n in st.wf.nodes):  # a report the driver reviews (R4) before writing
         return False
-    if any(serving(run.ctx.model_server, n.tool, n.params) for n in run.wf.nodes):
+    if any(serving(st.ctx.model_server, n.tool, n.params) for n in st.wf.nodes):
         return False  # a node a model actor serves runs there, never inside a fused task
     try:
-        placed = [(n, place(n, run.cluster, run.ctx.device_policy, run.device_override.get(n.id)))
-                  for n in run.wf.nodes]
+        placed = [(n, place(n, st.cluster, st.ctx.device_policy, st.nodes[n.id].device)) for n in st.wf.nodes]
         if not fusable([w for _, w in placed]):
             return False
-        specs = [run._node_spec(n, w.device) for n, w in placed]
+        specs = [sub.node_spec(n, w.device) for n, w in placed]
         loads = []
-        for key in sorted({k for _, seqs in run.deps.values() for k in seqs}):
-            ref = resolved_ref(run.case, key)
+        for key in st.needed_sequences():
+            ref = resolved_ref(st.case, key)
             run.sandbox.check_read(ref.path)
             if not os.path.exists(ref.path):  # the node-by-node path halts the case before any node runs
                 return False
@@ -83,49 +83,53 @@ def submit_fused(run: Any) -> bool:
             run.trace.emit("fallback", node=n.id, tool=n.tool, attempt=1,
                            message=f"{n.tool} runs its CPU path: {w.fallback}")
     for (n, _), spec in zip(placed, specs):
-        spec.update(run.clock_fields(n.id, run.gen.get(n.id, 0) + 1))
-    opts = fused_options(run.case.id, run.wf.nodes[0].id, run.wf.nodes[-1].id, [w for _, w in placed],
-                         run.ctx.task_max_retries)
+        spec.update(run.clock_fields(n.id, st.nodes[n.id].gen + 1))
+    opts = fused_options(st.case.id, st.wf.nodes[0].id, st.wf.nodes[-1].id, [w for _, w in placed],
+                         st.ctx.task_max_retries)
     kept, meta = submit(remote_fused(), opts, {"loads": loads, "nodes": specs})
-    limits = [run._timeout_of(n) for n, _ in placed]
-    run.fused = {"kept": kept, "t": time.time(), "cancelled": False,
-                 "limit": None if any(x is None for x in limits) else sum(limits),
-                 "clock_key": specs[0].get("clock_key")}
+    limits = [st.timeout_of(n) for n, _ in placed]
+    st.fused = {"kept": kept, "t": time.time(), "cancelled": False,
+                "limit": None if any(x is None for x in limits) else sum(limits),
+                "clock_key": specs[0].get("clock_key")}
     for (n, w), spec in zip(placed, specs):
-        run.gen[n.id] = run.gen.get(n.id, 0) + 1
-        run.status[n.id] = "running"
-        run.records[n.id] = {"tool": n.tool, "version": n.version, "params": spec["params"],
-                             "inputs": dict(n.inputs), "device": w.device, "attempt": 1}
-    run._watch(("fused",), meta)
+        s = st.nodes[n.id]
+        s.gen += 1
+        s.status = "running"
+        s.record = {"tool": n.tool, "version": n.version, "params": spec["params"],
+                    "inputs": dict(n.inputs), "device": w.device, "attempt": 1}
+    run.watch(("fused",), meta)
     return True
 
 
 def on_fused_result(run: Any, meta: Any, exc: BaseException | None) -> None:
     """Record every load and node of a fused task as if each had been its own task."""
+    st = run.state
     if exc is not None:  # Ray gave up on it (worker lost after retries, cancelled): rerun unfused
         err = error_from_ray(exc)
-        log.warning("case %s: fused task failed (%s): rerunning it node by node", run.case.id, err["message"])
+        log.warning("case %s: fused task failed (%s): rerunning it node by node", st.case.id, err["message"])
         run.trace.emit("retried", message=f"fused task failed ({err['code']}): rerun node by node",
                        error_code=err["code"])
-        for n in run.wf.nodes:
-            if run.status[n.id] == "running":
-                run.status[n.id] = "pending"
-        run.fused = None
-        run._ensure_loads()
+        for s in st.nodes.values():
+            if s.status == "running":
+                s.status = "pending"
+        st.fused = None
+        run.ensure_loads()
         return
-    kept = run.fused["kept"]
+    kept = st.fused["kept"]
     for key, m in meta["loads"].items():
-        run.seq_meta[key] = run.seq_meta_refs[key] = m
-        run.seq_refs[key] = (kept, ("seq", key))
+        seq = st.seq(key)
+        seq.meta = seq.meta_ref = m
+        seq.ref = (kept, ("seq", key))
         if not m.get("ok"):
-            run._on_seq_failed(key)
-    for n in list(run.wf.nodes):
+            run.on_seq_failed(key)
+    for n in list(st.wf.nodes):
         m = meta["nodes"].get(n.id)
         if m is None:
             continue
-        run.meta_refs[n.id] = m
-        run.refs[n.id] = {f: (kept, ("node", n.id, f)) for f in n.outputs}
-        run._on_node_result(n.id, run.gen.get(n.id), m, None)
+        s = st.nodes[n.id]
+        s.meta_ref = m
+        s.refs = {f: (kept, ("node", n.id, f)) for f in n.outputs}
+        run.on_node_result(n.id, s.gen, m, None)
 
 
 __all__ = ["MAX_FUSED_NODES", "fusable", "on_fused_result", "submit_fused", "wide_enough"]

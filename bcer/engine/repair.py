@@ -73,14 +73,14 @@ def is_remote(repairer: Any) -> bool:
     return hasattr(getattr(repairer, "repair", None), "remote")
 
 
-def available_artifacts(run: Any, failed: str) -> dict[str, str]:
+def available_artifacts(state: Any, failed: str) -> dict[str, str]:
     """token -> ArtifactKind value of everything bindable now: the case's sequences and the
     outputs of nodes that succeeded or are running (their ObjectRefs exist), except the
     failed node and what depends on it (binding those would make a cycle)."""
-    avail = {str(Token.seq(k)): ref.kind.value for k, ref in run.case.sequences.items()}
-    below = run.descendants(failed) | {failed}
-    for n in run.wf.nodes:
-        if n.id in below or run.status.get(n.id) not in ("succeeded", "running"):
+    avail = {str(Token.seq(k)): ref.kind.value for k, ref in state.case.sequences.items()}
+    below = state.descendants(failed) | {failed}
+    for n in state.wf.nodes:
+        if n.id in below or state.status(n.id) not in ("succeeded", "running"):
             continue
         spec = get_tool(n.tool).spec
         for f in n.outputs:
@@ -90,7 +90,7 @@ def available_artifacts(run: Any, failed: str) -> dict[str, str]:
     return avail
 
 
-def bound_kinds(run: Any, node: Node) -> dict[str, str]:
+def bound_kinds(state: Any, node: Node) -> dict[str, str]:
     """port -> ArtifactKind value of what the node's tokens actually bound."""
     from .binder import sequence_key
 
@@ -99,11 +99,11 @@ def bound_kinds(run: Any, node: Node) -> dict[str, str]:
         try:
             tok = parse_token(raw)
             if tok.scope == "seq":
-                key = sequence_key(run.case, tok.name)
+                key = sequence_key(state.case, tok.name)
                 if key is not None:
-                    kinds[port] = run.case.sequences[key].kind.value
+                    kinds[port] = state.case.sequences[key].kind.value
             elif tok.scope == "node":
-                out = get_tool(run.wf.node(tok.name).tool).spec.output(tok.field or "")
+                out = get_tool(state.wf.node(tok.name).tool).spec.output(tok.field or "")
                 if out is not None:
                     kinds[port] = out.kind.value
         except Exception:  # an unbindable token has no kind; the reflector sees it missing
@@ -111,10 +111,11 @@ def bound_kinds(run: Any, node: Node) -> dict[str, str]:
     return kinds
 
 
-def build_failure(run: Any, node: Node, err: dict[str, Any], attempt: int) -> Failure:
-    return Failure(case_id=run.case.id, node=node.model_copy(deep=True), error=err, attempt=attempt,
-                   available=available_artifacts(run, node.id), bound_kinds=bound_kinds(run, node),
-                   has_gpu=float(run.cluster.get("GPU", 0)) > 0)
+def build_failure(state: Any, node: Node, err: dict[str, Any], attempt: int) -> Failure:
+    """The ``Failure`` a repairer is asked about, from a running case's state (``case.state.CaseState``)."""
+    return Failure(case_id=state.case.id, node=node.model_copy(deep=True), error=err, attempt=attempt,
+                   available=available_artifacts(state, node.id), bound_kinds=bound_kinds(state, node),
+                   has_gpu=float(state.cluster.get("GPU", 0)) > 0)
 
 
 def ask(repairer: Any, failure: Failure, workflow: Workflow, case: Case, contract: TaskContract | None) -> Any:
@@ -151,10 +152,11 @@ def halt_for(node_id: str, reason: str) -> Halt:
     return Halt(node_id=node_id, code=ErrorCode.internal.value, reason=reason)
 
 
-def apply_patch(workflow: Workflow, node: Node, patch: Any, device_override: dict[str, str]) -> list[Node]:
+def apply_patch(workflow: Workflow, node: Node, patch: Any) -> list[Node]:
     """Apply a (validated) Patch in place to the running workflow; returns the inserted nodes.
 
-    A Patch carries the node's COMPLETE new inputs and params; a device it names is pinned.
+    A Patch carries the node's COMPLETE new inputs and params; a device it names is pinned by
+    the caller (``case.repair``: the node's state).
     ``action="insert"`` adds ``patch.insert`` just before the failed node (node order stays
     topological) with its edges; the failed node's incoming edges are recomputed from its new
     bindings. ``action="skip"`` changes nothing here: the executor records the skip.
@@ -170,8 +172,6 @@ def apply_patch(workflow: Workflow, node: Node, patch: Any, device_override: dic
     node.inputs = dict(patch.inputs)
     node.params = dict(patch.params)
     workflow.edges = sorted({e for e in workflow.edges if e[1] != node.id} | set(_incoming(node)))
-    if getattr(patch, "device", None):
-        device_override[node.id] = patch.device
     return inserted
 
 

@@ -81,7 +81,8 @@ def _node_inputs(run: Any, node: Any) -> dict[str, Any]:
     inputs = {}
     for port, raw in node.inputs.items():
         tok = parse_token(raw)
-        if tok.scope == "node" and tok.field in run.refs.get(tok.name, {}):
+        up = run.state.nodes.get(tok.name)
+        if tok.scope == "node" and up is not None and tok.field in up.refs:
             inputs[port] = _pluck(run.fetch(tok.name, tok.field), tuple(tok.path[1:]))
     return inputs
 
@@ -97,7 +98,8 @@ def review_in_run(run: Any, node: Any, report: Report) -> Report:
     if reviewer is None:
         return report
     try:
-        req = ReviewRequest(case_id=run.case.id, task=run.contract.id if run.contract else None, run_id=run.ctx.run_id,
+        contract = run.state.contract
+        req = ReviewRequest(case_id=run.case.id, task=contract.id if contract else None, run_id=run.ctx.run_id,
                             node=node.id, report=report, inputs=_node_inputs(run, node), params=dict(node.params),
                             history=str(run.case.metadata.get("history", "") or ""), metadata=dict(run.case.metadata))
         result = reviewer.review(req)
@@ -107,9 +109,7 @@ def review_in_run(run: Any, node: Any, report: Report) -> Report:
                        message=f"review failed, tool report kept: {type(e).__name__}: {e}")
         return report
     _emit(run, node, result.events)
-    if getattr(run, "reviewed", None) is None:
-        run.reviewed = {}
-    run.reviewed[node.id] = result.report  # one key per node: safe from the review threads
+    run.state.nodes[node.id].reviewed = result.report  # one field per node: safe from the review threads
     return result.report
 
 
@@ -149,10 +149,12 @@ def submit_review(run: Any, node: Any, target: dict[str, str]) -> Future:
 def curate_in_run(run: Any, status: str) -> None:
     """Offer every reviewed report of the case to the reviewer's memory (after validation)."""
     reviewer = getattr(run.ctx, "reviewer", None)
-    for node_id, report in (getattr(run, "reviewed", None) or {}).items():
+    contract = run.state.contract
+    reviewed = {n: s.reviewed for n, s in run.state.nodes.items() if s.reviewed is not None}
+    for node_id, report in reviewed.items():
         node = run.wf.node(node_id)
         try:
-            res = reviewer.curate(CurateRequest(case_id=run.case.id, task=run.contract.id if run.contract else None,
+            res = reviewer.curate(CurateRequest(case_id=run.case.id, task=contract.id if contract else None,
                                                 run_id=run.ctx.run_id, report=report,
                                                 verified=status == "succeeded", status=status))
         except Exception as e:  # curation is optional: any failure is traced, the case goes on

@@ -40,13 +40,14 @@ log = logging.getLogger(__name__)
 
 def _fusable_node(run: Any, node: Any) -> Any:
     """The node's CPU placement when it may join a segment, else None."""
-    if node.id in run.no_segment or run._reviewed_writes(node):
+    st = run.state
+    if st.nodes[node.id].no_segment or run.submitter.reviewed_writes(node):
         return None
-    if serving(run.ctx.model_server, node.tool, node.params):
+    if serving(st.ctx.model_server, node.tool, node.params):
         return None  # a node a model actor serves runs there
     try:
-        where = place(node, run.cluster, run.ctx.device_policy, run.device_override.get(node.id),
-                      run.ctx.gpu_concurrency, float(getattr(run.ctx.model_server, "reserved_gpus", 0.0) or 0.0))
+        where = place(node, st.cluster, st.ctx.device_policy, st.nodes[node.id].device,
+                      st.ctx.gpu_concurrency, float(getattr(st.ctx.model_server, "reserved_gpus", 0.0) or 0.0))
     except ToolError:  # the ordinary path reports it
         return None
     return where if where.num_gpus == 0 else None
@@ -100,33 +101,35 @@ def chain_from(run: Any, head: Any) -> list[tuple[Any, Any]]:
     where = _fusable_node(run, head)
     if where is None:
         return []
+    st = run.state
     members = {head.id: (head, where)}
     todo = [head.id]
-    limited = run._timeout_of(head) is not None
+    limited = st.timeout_of(head) is not None
     linear = True
     while todo and len(members) < MAX_FUSED_NODES:
         parent = todo.pop(0)
-        kids = run.children.get(parent, ())
+        kids = st.nodes[parent].children if parent in st.nodes else set()
         linear = linear and len(kids) <= 1
-        for child in sorted(kids, key=run._index):
-            if child in members or run.status.get(child) != "pending" or len(members) >= MAX_FUSED_NODES:
+        for child in sorted(kids, key=st.index):
+            if child in members or st.status(child) != "pending" or len(members) >= MAX_FUSED_NODES:
                 continue
-            ups, seqs = run.deps.get(child, (None, set()))
-            if ups is None or not ups <= members.keys():
+            deps = st.nodes[child].deps
+            if deps is None or not deps[0] <= members.keys():
                 continue
-            node = run._node(child)
+            ups, seqs = deps
+            node = st.node(child)
             if not ((linear and ups == {parent}) or is_tiny(node)):
                 continue
-            if not all(k in run.seq_refs and run.seq_meta.get(k, {}).get("ok", True) for k in seqs):
+            if not all(st.has_seq_ref(k) and st.seq_meta(k).get("ok", True) for k in seqs):
                 continue
-            if (run._timeout_of(node) is not None) != limited:
+            if (st.timeout_of(node) is not None) != limited:
                 continue  # the segment's backstop is the sum of its limits: all or none have one
             where = _fusable_node(run, node)
             if where is None:
                 continue
             members[child] = (node, where)
             todo.append(child)
-    return sorted(members.values(), key=lambda m: run._index(m[0].id))
+    return sorted(members.values(), key=lambda m: st.index(m[0].id))
 
 
 def submit_segment(run: Any, head: Any) -> bool:
@@ -134,14 +137,15 @@ def submit_segment(run: Any, head: Any) -> bool:
     node (or its head cannot be specified): the caller submits ``head`` on its own."""
     from .remote import remote_segment, submit
 
+    st, sub = run.state, run.submitter
     members, specs, dropped = chain_from(run, head), [], set()
     chain = []
     for node, where in members:
-        if run.deps[node.id][0] & dropped:
+        if st.nodes[node.id].deps[0] & dropped:
             dropped.add(node.id)
             continue
         try:
-            specs.append(run._node_spec(node, where.device))
+            specs.append(sub.node_spec(node, where.device))
             chain.append((node, where))
         except ToolError:  # submitted on its own, it reports the error as unfused (its dependents wait)
             dropped.add(node.id)
@@ -158,8 +162,9 @@ def submit_segment(run: Any, head: Any) -> bool:
                 ports.append((port, tuple(path)))
             else:
                 vslots.append(("arg", len(args)))
-                args.append((run.seq_refs[src[1]] if src[0] == "seq" else run.refs[src[1]][src[2]])[0])
-                ports.append((port, (*run._prefix(src), *path)))
+                ref, prefix = sub.source(src)
+                args.append(ref)
+                ports.append((port, (*prefix, *path)))
         spec["ports"] = ports
         dslots = []
         for d in spec["deps"]:
@@ -168,66 +173,67 @@ def submit_segment(run: Any, head: Any) -> bool:
                 dslots.append(("meta", index[name]))
             else:
                 dslots.append(("arg", len(args)))
-                args.append(run.meta_refs[name] if kind == "node" else run.seq_meta_refs[name])
+                args.append(sub.meta_ref(d))
         plan["values"].append(vslots)
         plan["deps"].append(dslots)
     gens = []
     for node, where in chain:
         if where.fallback:
-            run.trace.emit("fallback", node=node.id, tool=node.tool, attempt=run.runs.get(node.id, 0) + 1,
+            run.trace.emit("fallback", node=node.id, tool=node.tool, attempt=st.nodes[node.id].attempts + 1,
                            message=f"{node.tool} runs its CPU path: {where.fallback}")
-        gens.append(run.gen.get(node.id, 0) + 1)
+        gens.append(st.nodes[node.id].gen + 1)
     for (node, _), spec, gen in zip(chain, specs, gens):
         spec.update(run.clock_fields(node.id, gen))
     n_returns = sum(len(node.outputs) + 1 for node, _ in chain) + 1
-    opts = fused_options(run.case.id, chain[0][0].id, chain[-1][0].id, [w for _, w in chain],
-                         run.ctx.task_max_retries, kind="segment", num_returns=n_returns)
+    opts = fused_options(st.case.id, chain[0][0].id, chain[-1][0].id, [w for _, w in chain],
+                         st.ctx.task_max_retries, kind="segment", num_returns=n_returns)
     refs = submit(remote_segment(), opts, plan, *args)
     pos = 0
     for (node, where), spec, gen in zip(chain, specs, gens):
-        run.gen[node.id] = gen
-        run.served.discard(node.id)
-        run.status[node.id] = "running"
-        run.refs[node.id] = {f: (r, ()) for f, r in zip(node.outputs, refs[pos:pos + len(node.outputs)])}
-        run.meta_refs[node.id] = refs[pos + len(node.outputs)]
+        s = st.nodes[node.id]
+        s.gen, s.served, s.status = gen, False, "running"
+        s.refs = {f: (r, ()) for f, r in zip(node.outputs, refs[pos:pos + len(node.outputs)])}
+        s.meta_ref = refs[pos + len(node.outputs)]
         pos += len(node.outputs) + 1
-        run._record_submission(node, spec, where.device, run.runs.get(node.id, 0) + 1)
+        sub.record_submission(node, spec, where.device, s.attempts + 1)
     tag = ("seg", chain[0][0].id, gens[0])
-    limits = [run._timeout_of(node) for node, _ in chain]
-    run.segments[tag] = {"nodes": [(node.id, gen) for (node, _), gen in zip(chain, gens)], "t": time.time(),
+    limits = [st.timeout_of(node) for node, _ in chain]
+    st.segments[tag] = {"nodes": [(node.id, gen) for (node, _), gen in zip(chain, gens)], "t": time.time(),
                          "limit": None if any(x is None for x in limits) else sum(limits),
                          "clock_key": specs[0].get("clock_key"), "cancelled": False}
-    run._watch(tag, refs[-1])
+    run.watch(tag, refs[-1])
     return True
 
 
 def in_segment(run: Any, node_id: str) -> bool:
     """Whether the node's current submission is part of a segment task still awaited."""
-    return any((node_id, run.gen.get(node_id)) in seg["nodes"] for seg in run.segments.values())
+    s = run.state.nodes.get(node_id)
+    gen = s.gen if s is not None else None
+    return any((node_id, gen) in seg["nodes"] for seg in run.state.segments.values())
 
 
 def on_segment_result(run: Any, tag: tuple, metas: Any, exc: BaseException | None) -> None:
     """Record every node of a segment as if each had been its own task (upstream first)."""
-    seg = run.segments.pop(tag, None)
+    st = run.state
+    seg = st.segments.pop(tag, None)
     if seg is None:
         return
     if exc is None:
         for (node_id, gen), meta in zip(seg["nodes"], metas):
-            run._on_node_result(node_id, gen, meta, None)
+            run.on_node_result(node_id, gen, meta, None)
         return
-    live = [n for n, g in seg["nodes"] if run.status.get(n) == "running" and run.gen.get(n) == g]
-    if not live or not run._inputs_ready(live[0]):
+    live = [n for n, g in seg["nodes"] if st.status(n) == "running" and st.nodes[n].gen == g]
+    if not live or not st.inputs_ready(live[0]):
         return  # void already, or Ray passed an upstream's failure along: that node's result decides
     err = error_from_ray(exc)
     log.warning("case %s: segment %s..%s failed (%s): rerunning it node by node", run.case.id,
                 seg["nodes"][0][0], seg["nodes"][-1][0], err["message"])
     run.trace.emit("retried", node=live[0], message=f"segment task failed ({err['code']}): rerun node by node",
                    error_code=err["code"])
-    run._void_descendants(live[0])  # tasks chained to the segment's refs never run
+    run.repair.void_descendants(live[0])  # tasks chained to the segment's refs never run
     for node_id in live:
-        run.status[node_id] = "pending"
-        run.ready_at.pop(node_id, None)
-        run.no_segment.add(node_id)
+        s = st.nodes[node_id]
+        s.status, s.ready_at, s.no_segment = "pending", None, True
 
 
 def check_segment_deadlines(run: Any, now: float, grace_s: float) -> None:
@@ -235,11 +241,11 @@ def check_segment_deadlines(run: Any, now: float, grace_s: float) -> None:
     past the sum of its nodes' limits plus the grace, it is cancelled and rerun node by node."""
     import ray
 
-    for tag, seg in list(run.segments.items()):
+    for tag, seg in list(run.state.segments.items()):
         limit = seg["limit"]
         if seg["cancelled"] or not limit or tag not in run.open or now - seg["t"] <= limit + max(grace_s, limit):
             continue
-        if not run._ran_past({"seg": seg["clock_key"]}, limit).get("seg", True):
+        if not run.ran_past({"seg": seg["clock_key"]}, limit).get("seg", True):
             continue  # still queued for a worker
         seg["cancelled"] = True
         log.warning("case %s: segment %s past its %s s limit, cancelling it", run.case.id, tag[1], limit)

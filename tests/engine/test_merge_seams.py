@@ -91,14 +91,14 @@ def test_backstop_never_cancels_a_node_still_queued(ray_local, tmp_path, monkeyp
     # past the backstop (limit 2 s + max(grace, limit)), but each RUNS within its limit
     monkeypatch.setattr(caserun, "_BACKSTOP_GRACE_S", 0.5)
     seen: list[dict[str, bool]] = []
-    ran_past = caserun.CaseRun._ran_past
+    ran_past = caserun.CaseRun.ran_past
 
     def spy(self, keys, limits):
         got = ran_past(self, keys, limits)
         seen.append(got)
         return got
 
-    monkeypatch.setattr(caserun.CaseRun, "_ran_past", spy)
+    monkeypatch.setattr(caserun.CaseRun, "ran_past", spy)
     plan = PlanSketch(goal="t", steps=[{"id": f"h{i}", "tool": "xseam.hog",
                                         "args": {"img": "@seq.T1", "add": i, "sleep_s": 1.8}} for i in range(6)])
     case = make_case(tmp_path / "in", "q1")

@@ -45,14 +45,14 @@ def test_chains_are_segments_and_branches_stay_separate(case_run, tmp_path):
     case = make_case(tmp_path / "in")
     run, loop, trace, ctx = case_run(branchy(), case, tmp_path / "out", "seg-" + uuid.uuid4().hex[:6], Reflector())
     run.start(segments=True)
-    assert run.status == {n: "running" for n in "abcde"}
-    assert [[n for n, _ in s["nodes"]] for s in run.segments.values()] == [["b", "c", "d"]]
+    assert run.state.node_status() == {n: "running" for n in "abcde"}
+    assert [[n for n, _ in s["nodes"]] for s in run.state.segments.values()] == [["b", "c", "d"]]
     assert len(loop) == 4
     drive(loop, [run])
     trace.close()
     assert run.outcome.status == "succeeded", run.outcome.error
     # b failed twice (window 40, 20): each time c and d did not run and were resubmitted with b
-    assert run.gen == {"a": 1, "b": 3, "c": 3, "d": 3, "e": 1}
+    assert {n: s.gen for n, s in run.state.nodes.items()} == {"a": 1, "b": 3, "c": 3, "d": 3, "e": 1}
     assert tallies(ctx.output_dir) == {"a": 1, "c": 1, "d": 1, "e": 1}
     np.testing.assert_allclose(read_nifti(ctx.output_dir / "d.nii.gz").data, (2.0 + 1) * 2 + 2)
     evs = read_events(ctx.output_dir / "events.jsonl")
@@ -170,7 +170,7 @@ def test_a_fan_out_of_known_tiny_nodes_joins_its_parents_segment(case_run, tmp_p
     def run(name: str) -> tuple[list, Any]:
         r, loop, trace, ctx = case_run(plan, case, tmp_path / name, name)
         r.start()
-        segs = [[n for n, _ in s["nodes"]] for s in r.segments.values()]
+        segs = [[n for n, _ in s["nodes"]] for s in r.state.segments.values()]
         drive(loop, [r])
         trace.close()
         assert r.outcome.status == "succeeded", r.outcome.error
@@ -217,7 +217,7 @@ def test_a_slow_node_never_joins_once_the_segment_branches(case_run, tmp_path):
         {"id": "b2", "tool": "xtoy.tally", "args": {"img": "@node.b.image", "tag": "b2", "scratch_dir": scratch}}])
     run, loop, trace, ctx = case_run(plan, case, tmp_path / "o", "sb")
     run.start()
-    assert [[n for n, _ in s["nodes"]] for s in run.segments.values()] == [["a", "b"]]
+    assert [[n for n, _ in s["nodes"]] for s in run.state.segments.values()] == [["a", "b"]]
     drive(loop, [run])
     trace.close()
     assert run.outcome.status == "succeeded", run.outcome.error

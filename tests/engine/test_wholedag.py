@@ -64,13 +64,13 @@ def test_whole_dag_is_submitted_at_once(case_run, tmp_path):
     run, loop, trace, ctx = case_run(branchy(), case, tmp_path / "out", "dag-" + uuid.uuid4().hex[:6], Reflector())
     run.start(segments=False)  # one task per node (segments: tests/engine/test_segments.py)
     # before any result is seen, every node is already in Ray: one meta per node + one load
-    assert run.status == {n: "running" for n in "abcde"}
+    assert run.state.node_status() == {n: "running" for n in "abcde"}
     assert len(loop) == 6
     drive(loop, [run])
     trace.close()
     assert run.outcome.status == "succeeded", run.outcome.error
     # c and d were submitted three times (chained to b's failing attempts) and ran once
-    assert run.gen == {"a": 1, "b": 3, "c": 3, "d": 3, "e": 1}
+    assert {n: s.gen for n, s in run.state.nodes.items()} == {"a": 1, "b": 3, "c": 3, "d": 3, "e": 1}
     assert tallies(ctx.output_dir) == {"a": 1, "c": 1, "d": 1, "e": 1}
     got = read_nifti(ctx.output_dir / "d.nii.gz").data
     np.testing.assert_allclose(got, (2.0 + 1) * 2 + 2)  # a +1, b x2 (window 10), c +1, d +1
