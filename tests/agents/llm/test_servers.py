@@ -3,9 +3,8 @@
 
 ``transformers serve`` ignores ``response_format``, so its answers are unconstrained: the LLM
 Brain must check each step, re-ask with the errors, and give up with a typed error that says
-so. (llama-cpp-python, which honours JSON schemas, ships only an sdist on PyPI: a C++ build
-in CI on two cores is too slow, so no schema-honouring server is started here; the schema
-path is exercised by the local xgrammar backend and the vLLM request tests.)"""
+so. The schema-honouring server, llama.cpp's ``llama-server``, is tested in
+test_llama_server.py."""
 from __future__ import annotations
 
 import json
