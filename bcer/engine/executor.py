@@ -10,8 +10,8 @@ applied to the workflow and only the failed node and its not-yet-run descendants
 resubmitted (finished upstream results stay in the object store). The worker that produced
 a deliverable writes and digests it; the driver records events (see ``engine.case.run``).
 
-``run_case_workflow`` drives one case with its own event loop; the cohort runner drives
-many cases from one loop (``engine.cohort``).
+``run_case_workflow`` and ``run_case_workflows`` hand compiled workflows to the one driver
+loop (``engine.driver``), which also runs cohorts (``engine.cohort``: admission and planning too).
 """
 from __future__ import annotations
 
@@ -26,29 +26,10 @@ from ..contracts.task import TaskContract
 from ..contracts.workflow import Workflow
 from .case.run import CaseRun
 from .context import CaseOutcome, RunContext, error_from_ray
-from .loop import EventLoop
+from .driver import TICK_S, Driver
 from .trace import TraceWriter, call_hooks
 
 log = logging.getLogger(__name__)
-_TICK_S = 0.25
-
-
-def drive(loop: EventLoop, runs: list[CaseRun]) -> None:
-    """Poll ``loop`` until every run has finished, checking time limits on the way."""
-    last = time.time()
-    while not all(r.finished for r in runs):
-        if not len(loop):
-            for r in runs:  # nothing left to wait for: close whatever is still open
-                if not r.finished:
-                    r.maybe_done()
-            break
-        loop.poll(_TICK_S)
-        now = time.time()
-        if now - last >= _TICK_S:
-            last = now
-            for r in runs:
-                if not r.finished:
-                    r.check_deadlines(now)
 
 
 def run_case_workflow(workflow: Workflow, case: Case, ctx: RunContext, *,
@@ -83,11 +64,12 @@ def run_case_workflow(workflow: Workflow, case: Case, ctx: RunContext, *,
     trace = TraceWriter(ctx.output_dir, ctx.run_id, case.id, hooks)
     run: CaseRun | None = None
     try:
-        loop = EventLoop()
+        driver = Driver(dict(ray.cluster_resources()), hooks=hooks, housekeeping_s=TICK_S)
         run = CaseRun(workflow, case, ctx, contract, reflector, list(hooks), trace,
-                      loop, dict(ray.cluster_resources()))
+                      driver.loop, driver.cluster)
         run.start(segments=segments)
-        drive(loop, [run])
+        driver.add(run)
+        driver.run()
         outcome = run.outcome
     except Exception as e:  # the promise: a crash never escapes, the case becomes a failed row
         log.exception("case %s crashed in the executor", case.id)
@@ -115,21 +97,21 @@ def run_case_workflows(items: list[tuple[Workflow, Case, RunContext]], *, contra
     ``segments``: each linear chain as one task (``engine.segments``); neither: one task per node."""
     import ray
 
-    loop = EventLoop()
-    cluster = dict(ray.cluster_resources())
+    driver = Driver(dict(ray.cluster_resources()), hooks=hooks, housekeeping_s=TICK_S)
     runs: list[CaseRun] = []
     for workflow, case, ctx in items:
         ctx.output_dir.mkdir(parents=True, exist_ok=True)
         trace = TraceWriter(ctx.output_dir, ctx.run_id, case.id, hooks, buffered=True)
-        run = CaseRun(workflow, case, ctx, contract, reflector, list(hooks), trace, loop, cluster,
+        run = CaseRun(workflow, case, ctx, contract, reflector, list(hooks), trace, driver.loop, driver.cluster,
                       on_done=lambda r: r.trace.close())
         runs.append(run)
         try:
             run.start(fuse=fuse, segments=segments)
         except Exception as e:  # a bug starting one case fails that case only
             run.crash(e)
-    drive(loop, runs)
+        driver.add(run)
+    driver.run()
     return [r.outcome for r in runs]
 
 
-__all__ = ["CaseOutcome", "RunContext", "drive", "error_from_ray", "run_case_workflow", "run_case_workflows"]
+__all__ = ["CaseOutcome", "RunContext", "error_from_ray", "run_case_workflow", "run_case_workflows"]

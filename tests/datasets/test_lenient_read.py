@@ -6,7 +6,7 @@ import pytest
 from bcer.contracts import ErrorCode, ToolError
 from bcer.datasets import read_dataset
 from bcer.datasets.synth import synth_cohort
-from bcer.engine.cohort import admit_case
+from bcer.engine.driver import admit_case
 
 
 @pytest.mark.parametrize("domain", ["brain", "cardiac"])

@@ -11,7 +11,8 @@ import pytest
 import bcer
 from bcer.contracts import (Case, DeliverableSpec, Image, PlanSketch, SequenceRef, TaskContract,
                             Validator)
-from bcer.engine.cohort import CohortConfig, admit_case, run_cohort
+from bcer.engine.cohort import CohortConfig, run_cohort
+from bcer.engine.driver import admit_case
 from bcer.engine.planning import StaticPlanner
 from bcer.io import write_nifti
 

@@ -157,19 +157,19 @@ def test_cases_known_to_be_long_are_started_first(ray_local, tmp_path, monkeypat
     longer chain by the tool times this driver has seen, so it is started (submitted) first."""
     from collections import deque
 
-    from bcer.engine import cohort, segments
+    from bcer.engine import driver, segments
     from bcer.engine.cohort import run_cohorts
     from bcer.tools.registry import get_tool
 
     short = PlanSketch(goal="one step", steps=[{"id": "a", "tool": "xtoy.step", "args": {"img": "@seq.T1"}}])
     started: list[str] = []
-    real = cohort._Runner._start
+    real = driver.Driver._start
 
     def spy(self, job, case, trace, t0, planned):
         started.append(f"{job.cfg.out.name}/{case.id}")
         return real(self, job, case, trace, t0, planned)
 
-    monkeypatch.setattr(cohort._Runner, "_start", spy)
+    monkeypatch.setattr(driver.Driver, "_start", spy)
     seen = {("xtoy.step", get_tool("xtoy.step").spec.version): 0.01,
             ("xtoy.measure", get_tool("xtoy.measure").spec.version): 3.0}
     for k, s in seen.items():  # the autouse fixture clears the cost model after the test

@@ -33,3 +33,11 @@ def test_repair_models_live_in_contracts_and_stay_importable_from_the_reflector(
     from bcer.contracts import repair
 
     assert reflector.Failure is repair.Failure and reflector.Patch is repair.Patch and reflector.Halt is repair.Halt
+
+
+def test_one_driver_loop_polls_the_event_loop():
+    """Cohorts and compiled workflows run from the same loop (``engine.driver``): no other
+    engine module waits on the event loop itself."""
+    polling = {p.relative_to(ENGINE).as_posix() for p in ENGINE.rglob("*.py")
+               if ".loop.poll(" in p.read_text() or "loop.poll(" in p.read_text()}
+    assert polling == {"driver.py"}

@@ -71,7 +71,7 @@ def test_columns_name_their_compartment_in_every_row(ray_local, tmp_path):
 
 def test_a_mask_s_confidence_reaches_the_row():
     from bcer.contracts import Mask
-    from bcer.engine.cohort import _low_confidence
+    from bcer.engine.rows import low_confidence
     from bcer.engine.outputs import case_records, measurement_records, wide_measurements
 
     conf = {"score": 0.62, "threshold": 0.671, "low_confidence": True, "method": "network vs classical"}
@@ -80,8 +80,8 @@ def test_a_mask_s_confidence_reaches_the_row():
     wide = wide_measurements(recs)
     assert wide["labels.confidence_score"] == pytest.approx(0.62) and wide["labels.low_confidence"] is True
     rows = case_records({"labels": {"records": recs}})
-    assert _low_confidence(rows) is True
+    assert low_confidence(rows) is True
     conf_ok = dict(conf, score=0.9, low_confidence=False)
     ok = case_records({"labels": {"records": measurement_records("labels", Mask(mask.data, np.eye(4),
                                                                                  {"confidence": conf_ok}))}})
-    assert _low_confidence(ok) is False and _low_confidence([]) is None
+    assert low_confidence(ok) is False and low_confidence([]) is None

@@ -13,7 +13,7 @@ import pytest
 
 from bcer.contracts import PlanSketch
 from bcer.engine.compiler import compile_plan
-from bcer.engine.executor import RunContext, drive, run_case_workflow, run_case_workflows
+from bcer.engine.executor import RunContext, run_case_workflow, run_case_workflows
 from bcer.engine.trace import read_events
 from bcer.io import read_nifti
 
@@ -43,12 +43,13 @@ def test_chains_are_segments_and_branches_stay_separate(case_run, tmp_path):
     from bcer.agents.repair.reflector import Reflector
 
     case = make_case(tmp_path / "in")
-    run, loop, trace, ctx = case_run(branchy(), case, tmp_path / "out", "seg-" + uuid.uuid4().hex[:6], Reflector())
+    run, driver, trace, ctx = case_run(branchy(), case, tmp_path / "out", "seg-" + uuid.uuid4().hex[:6], Reflector())
     run.start(segments=True)
     assert run.state.node_status() == {n: "running" for n in "abcde"}
     assert [[n for n, _ in s["nodes"]] for s in run.state.segments.values()] == [["b", "c", "d"]]
-    assert len(loop) == 4
-    drive(loop, [run])
+    assert len(driver.loop) == 4
+    driver.add(run)
+    driver.run()
     trace.close()
     assert run.outcome.status == "succeeded", run.outcome.error
     # b failed twice (window 40, 20): each time c and d did not run and were resubmitted with b
@@ -168,10 +169,11 @@ def test_a_fan_out_of_known_tiny_nodes_joins_its_parents_segment(case_run, tmp_p
         for i, k in enumerate("bcd")])
 
     def run(name: str) -> tuple[list, Any]:
-        r, loop, trace, ctx = case_run(plan, case, tmp_path / name, name)
+        r, driver, trace, ctx = case_run(plan, case, tmp_path / name, name)
         r.start()
         segs = [[n for n, _ in s["nodes"]] for s in r.state.segments.values()]
-        drive(loop, [r])
+        driver.add(r)
+        driver.run()
         trace.close()
         assert r.outcome.status == "succeeded", r.outcome.error
         return segs, read_events(ctx.output_dir / "events.jsonl")
@@ -215,10 +217,11 @@ def test_a_slow_node_never_joins_once_the_segment_branches(case_run, tmp_path):
         {"id": "b", "tool": "xtoy.step", "args": {"img": "@node.a.image"}},
         {"id": "c", "tool": "xtoy.tally", "args": {"img": "@node.a.image", "tag": "c", "scratch_dir": scratch}},
         {"id": "b2", "tool": "xtoy.tally", "args": {"img": "@node.b.image", "tag": "b2", "scratch_dir": scratch}}])
-    run, loop, trace, ctx = case_run(plan, case, tmp_path / "o", "sb")
+    run, driver, trace, ctx = case_run(plan, case, tmp_path / "o", "sb")
     run.start()
     assert [[n for n, _ in s["nodes"]] for s in run.state.segments.values()] == [["a", "b"]]
-    drive(loop, [run])
+    driver.add(run)
+    driver.run()
     trace.close()
     assert run.outcome.status == "succeeded", run.outcome.error
     assert tallies(ctx.output_dir) == {"c": 1, "b2": 1}

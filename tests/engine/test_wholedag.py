@@ -10,7 +10,7 @@ import pytest
 
 from bcer.contracts import Case, Image, PlanSketch, SequenceRef
 from bcer.engine.compiler import compile_plan
-from bcer.engine.executor import RunContext, drive, run_case_workflow, run_case_workflows
+from bcer.engine.executor import RunContext, run_case_workflow, run_case_workflows
 from bcer.engine.trace import read_events
 from bcer.io import read_nifti, write_nifti
 
@@ -61,12 +61,13 @@ def test_whole_dag_is_submitted_at_once(case_run, tmp_path):
     from bcer.agents.repair.reflector import Reflector
 
     case = make_case(tmp_path / "in")
-    run, loop, trace, ctx = case_run(branchy(), case, tmp_path / "out", "dag-" + uuid.uuid4().hex[:6], Reflector())
+    run, driver, trace, ctx = case_run(branchy(), case, tmp_path / "out", "dag-" + uuid.uuid4().hex[:6], Reflector())
     run.start(segments=False)  # one task per node (segments: tests/engine/test_segments.py)
     # before any result is seen, every node is already in Ray: one meta per node + one load
     assert run.state.node_status() == {n: "running" for n in "abcde"}
-    assert len(loop) == 6
-    drive(loop, [run])
+    assert len(driver.loop) == 6
+    driver.add(run)
+    driver.run()
     trace.close()
     assert run.outcome.status == "succeeded", run.outcome.error
     # c and d were submitted three times (chained to b's failing attempts) and ran once

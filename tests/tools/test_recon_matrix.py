@@ -14,7 +14,7 @@ from bcer.contracts import Case, ErrorCode, KSpace, ToolError, load_contract
 from bcer.contracts.case import SequenceRef
 from bcer.datasets.kspace import make_kspace_case
 from bcer.datasets.layouts import fastmri
-from bcer.engine.cohort import admit_case
+from bcer.engine.driver import admit_case
 from bcer.engine.validate import validate_deliverable
 from bcer.metrics import nrmse_scaled
 from bcer.io.fastmri import domain_of, ismrmrd_xml, read_fastmri, read_fastmri_reference
