@@ -25,7 +25,7 @@ from .driver import Driver
 from .models import release_server, resolve_server
 from .planning import PlanCache, Planner
 from .review import release_reviewer, resolve_reviewer
-from .rows import ROW_FILE, resumed_row
+from .rows import ROW_FILE, CaseRow, resumed_row
 from .tables import COHORT_FILE, EVENTS_PARQUET, CohortTables, measurements_table, rows_table
 from .trace import TraceWriter
 
@@ -112,20 +112,15 @@ class CohortResult:
 
     def summary(self) -> dict[str, Any]:
         """Counts and means; ``sr`` is delivered AND plausible, ``sr_delivered`` validators only."""
-        n = len(self.rows)
-        return {"cases": n, "succeeded": sum(r["status"] == "succeeded" for r in self.rows),
-                "failed": sum(r["status"] not in ("succeeded",) for r in self.rows),
-                "implausible": sum(r["status"] == "implausible" for r in self.rows),
-                "resumed": sum(bool(r.get("resumed")) for r in self.rows),
-                "sr": sum(r.get("sr") or 0 for r in self.rows) / n if n else 0.0,
-                "sr_delivered": sum(_sr_delivered(r) for r in self.rows) / n if n else 0.0,
-                "tcr": sum(r.get("tcr") or 0.0 for r in self.rows) / n if n else 0.0}
-
-
-def _sr_delivered(row: dict[str, Any]) -> int:
-    """A row's delivered-SR (rows written before plausibility existed: their ``sr``)."""
-    v = row.get("sr_delivered", row.get("sr"))
-    return int(v or 0)
+        rows = [CaseRow.from_dict(r) for r in self.rows]
+        n = len(rows)
+        return {"cases": n, "succeeded": sum(r.status == "succeeded" for r in rows),
+                "failed": sum(r.status != "succeeded" for r in rows),
+                "implausible": sum(r.status == "implausible" for r in rows),
+                "resumed": sum(r.resumed for r in rows),
+                "sr": sum(r.sr for r in rows) / n if n else 0.0,
+                "sr_delivered": sum(r.delivered for r in rows) / n if n else 0.0,
+                "tcr": sum(r.tcr for r in rows) / n if n else 0.0}
 
 
 def default_in_flight(cluster: dict[str, float]) -> int:
@@ -135,7 +130,7 @@ def default_in_flight(cluster: dict[str, float]) -> int:
     return max(16, int(8 * float(cluster.get("CPU", 1)) + 4 * float(cluster.get("GPU", 0))))
 
 
-def _resumed_row(case: Case, cfg: CohortConfig) -> dict[str, Any] | None:
+def _resumed_row(case: Case, cfg: CohortConfig) -> CaseRow | None:
     """The row of a case finished by an earlier run (``_DONE`` present), else None."""
     if not cfg.resume:
         return None
@@ -172,15 +167,15 @@ class _Job:
                 self.n_run += 1
                 continue
             log.info("case %s already done (_DONE present): skipped", case.id)
-            self.rows[case.id] = prev
+            self.rows[case.id] = row = prev.to_dict()
             if on_case_done:
-                on_case_done(prev)
+                on_case_done(row)
 
-    def record(self, case: Case, trace: TraceWriter | None, row: dict[str, Any]) -> None:
+    def record(self, case: Case, trace: TraceWriter | None, case_row: CaseRow) -> None:
         """A case of this cohort finished (the driver calls this once per case): its row into
         ``result.json``, the tables and the progress callback."""
         self.active -= 1
-        self.rows[case.id] = row
+        self.rows[case.id] = row = case_row.to_dict()
         lines: list[str] = []
         try:
             write_audit(row, self.cfg.out / case.id / ROW_FILE)

@@ -29,7 +29,7 @@ from .fusion import wide_enough
 from .loop import EventLoop
 from .outputs import write_plan
 from .planning import plan_and_compile
-from .rows import error_row, outcome_row
+from .rows import CaseRow
 from .segments import critical_path_s
 from .trace import TraceWriter
 
@@ -222,15 +222,15 @@ class Driver:
     def _finished(self, job: Any, run: CaseRun, t0: float, revisions: int) -> None:
         self.active.pop(run, None)
         try:
-            row = outcome_row(run.case, job.cfg, run.outcome, revisions, t0)
+            row = CaseRow.from_outcome(run.case, job.cfg, run.outcome, revisions, t0)
         except Exception as e:  # never leave a case unrecorded (the loop would wait for it forever)
             log.exception("cannot build the row of case %s", run.case.id)
-            row = error_row(run.case, job.cfg, _internal(e), "failed", t0)
+            row = CaseRow.from_error(run.case, job.cfg, _internal(e), "failed", t0)
         job.record(run.case, run.trace, row)
 
     def _reject(self, job: Any, case: Case, trace: TraceWriter | None, err: ToolError, status: str,
                 t0: float, tb: str | None = None) -> None:
-        row = error_row(case, job.cfg, err, status, t0)
+        row = CaseRow.from_error(case, job.cfg, err, status, t0)
         if trace is not None:
             _planner_events(job.cfg.planner, case.id, trace)  # llm: why no plan (rejected candidates)
             trace.emit("case_finished", error_code=err.code.value, message=f"status={status}: {err.message}",
