@@ -41,3 +41,12 @@ def test_one_driver_loop_polls_the_event_loop():
     polling = {p.relative_to(ENGINE).as_posix() for p in ENGINE.rglob("*.py")
                if ".loop.poll(" in p.read_text() or "loop.poll(" in p.read_text()}
     assert polling == {"driver.py"}
+
+
+def test_the_documented_path_of_a_case_names_at_most_twelve_files_that_exist():
+    root = ENGINE.parents[1]
+    text = (root / "docs" / "architecture.md").read_text()
+    block = text.split("<!-- case-path -->")[1].split("<!-- /case-path -->")[0]
+    files = [line.split("`")[1] for line in block.strip().splitlines()]
+    assert 0 < len(files) <= 12 and len(set(files)) == len(files)
+    assert [f for f in files if not (root / f).is_file()] == []
