@@ -7,13 +7,13 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 __all__ = ["Case", "CaseResult", "Cine", "Classification", "ErrorCode", "Finding", "Findings", "Image", "KSpace", "Mask",
-           "PlanSketch", "PlanStep", "Report", "Resources", "Study", "Table", "ToolError", "Transform",
+           "PlanSketch", "PlanStep", "Report", "Resources", "Study", "StudyOptions", "Table", "ToolError", "Transform",
            "__version__", "build_pages", "call_tool", "from_nibabel", "from_sitk", "list_contracts", "list_tools", "load_cases",
            "load_contract", "plan_case", "run_case", "to_nibabel", "to_sitk", "tool"]
 
 _LAZY = {
     # running studies
-    "Study": "bcer.api", "run_case": "bcer.api", "plan_case": "bcer.api", "load_cases": "bcer.api",
+    "Study": "bcer.api", "StudyOptions": "bcer.options", "run_case": "bcer.api", "plan_case": "bcer.api", "load_cases": "bcer.api",
     "CaseResult": "bcer.api", "build_pages": "bcer.api",
     "Case": "bcer.contracts", "load_contract": "bcer.contracts", "list_contracts": "bcer.contracts",
     "PlanSketch": "bcer.contracts", "PlanStep": "bcer.contracts",

@@ -7,11 +7,11 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .contracts import Case, ErrorCode, PlanSketch, TaskContract, ToolError, load_contract
+from .options import StudyOptions
 
 log = logging.getLogger(__name__)
 
@@ -92,119 +92,83 @@ def make_repairer(run_id: str, tiers: list | None = None) -> Any:
     return reflector_pool(run_id, tiers=tiers) if tiers else reflector_pool(run_id)
 
 
-@dataclass
 class Study:
-    """A cohort run: cases (a folder or a list of Case), a task and/or goal, an output folder.
+    """A cohort run: cases (a folder or a list of Case) and the options it runs with.
 
     Args:
         data: dataset folder (any supported layout) or a list of ``Case``.
-        task: task contract id (see ``bcer.contracts.list_contracts()``) or a TaskContract.
-        goal: goal text (defaults to the contract's).
-        plan: a plan sketch (file or object) replayed for every case instead of the Brain.
-        out: output folder; a rerun on it skips cases with ``_DONE``.
-        address: Ray cluster address (None: RAY_ADDRESS or a local cluster).
-        max_in_flight: cases running at once (back-pressure on the object store); None: eight
-            per CPU of the cluster (``engine.cohort.default_in_flight``).
-        model_dirs: folders of local model bundles tools may read (besides bcer's own assets).
-        cache: node cache folder (content-addressed; shared by cohorts; None: no cache).
-        node_timeout_s: time limit of every node (default: each tool's own).
-        repairer: a repairer pool to use instead of the run's own Reflector pool.
-        bundles: ``{tool: bundle folder}`` (``--bundle seg.brain_tumor=DIR``); a relative folder
-            is looked up under ``model_dirs``. The planner fills those tools' ``bundle_dir``.
-        seq: ``{sequence: pattern}`` for flat NIfTI folders (``{"T1": "*_t1.nii.gz"}``) or
-            ``{sequence: channel}`` for nnU-Net datasets.
-        r4: review report deliverables with the R4 loop (report tasks; default on).
-        memory: exemplar-memory folder shared across cohorts (retrieval + curation); None: no memory.
-        r4_llm: an ``LLMBackend`` the R4 drafter uses (None: the deterministic template drafter).
-        planner: a planner object, or ``"offline"`` | ``"llm"`` | ``"llm,offline"`` (LLM planner,
-            offline planner as fallback).
-        llm: LLM backend spec (``http://HOST:PORT/v1#MODEL``, ``vllm:MODEL``, ``local``,
-            ``replay:FILE``) or object, for an LLM planner and/or reflector tier.
-        llm_record: append every LLM call to this JSONL file (replay with ``llm="replay:FILE"``).
-        reflector: ``"tier1"`` or ``"tier1,llm"`` (an LLM repair tier behind tier 1); the run's
-            Reflector pool is built with those tiers (unless ``repairer`` is given).
-        gpu_concurrency: at most K nodes per GPU at once (whole-GPU requests become 1/K).
-        case_ids: run only these case ids (an unknown id is an error that lists the near ones).
-        exclude: skip these case ids.
-        params: ``{tool: {param: value}}`` set on every step of that tool (``--set``), checked
-            against the tool's params model before anything runs; recorded in provenance.
-        model_actors: serve the ``bundles`` tools from one model actor per GPU (each loads its
-            bundle once); on a cluster without GPUs they run as tasks on their CPU path.
-        derivatives: also write the standard derivatives at the end (a BIDS derivative tree,
-            ``OUT/predictions``, DICOM SEG/SR for DICOM cases; docs/outputs.md).
+        options: a :class:`~bcer.options.StudyOptions` (task, goal, plan, out, planner, cache, ...;
+            its docstring lists them all); None: the defaults.
+        settings: any StudyOptions field by name (``task="segment_brain"``, ``out="out"``), set
+            on top of ``options``.
+
+    Raises:
+        TypeError: a setting that is not a StudyOptions field.
+        ToolError: ``schema``, a setting of the wrong type or out of bounds.
     """
 
-    data: str | Path | list[Case]
-    task: str | TaskContract | None = None
-    goal: str | None = None
-    plan: str | Path | PlanSketch | None = None
-    out: str | Path = "bcer_out"
-    layout: str | None = None
-    address: str | None = None
-    max_in_flight: int | None = None
-    planner: Any = None
-    seed: int = 0
-    limit: int | None = None
-    model_dirs: tuple[str, ...] = ()
-    cache: str | Path | None = None
-    node_timeout_s: float | None = None
-    repairer: Any = None
-    bundles: dict[str, str] | None = None
-    seq: dict[str, str] | None = None
-    r4: bool | str = True
-    memory: str | Path | None = None
-    r4_llm: Any = None
-    llm: Any = None
-    llm_record: str | Path | None = None
-    reflector: str = "tier1"
-    gpu_concurrency: int | None = None
-    model_actors: bool = False
-    case_ids: tuple[str, ...] | list[str] | None = None
-    exclude: tuple[str, ...] | list[str] | None = None
-    params: dict[str, dict[str, Any]] | None = None
-    derivatives: bool = True
+    def __init__(self, data: str | Path | list[Case], options: StudyOptions | None = None, **settings: Any):
+        self.data = data
+        self.options = StudyOptions.build(options, **settings)
+
+    def __getattr__(self, name: str) -> Any:
+        # ``study.out``, ``study.task``: the settings read as they did when they were the Study's own fields
+        if name != "options" and name in StudyOptions.model_fields:
+            return getattr(self.options, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __repr__(self) -> str:
+        data = f"[{len(self.data)} cases]" if isinstance(self.data, (list, tuple)) else repr(str(self.data))
+        return f"Study({data}, task={self.options.task!r}, out={str(self.options.out)!r})"
+
+    def replace(self, data: str | Path | list[Case] | None = None, **settings: Any) -> "Study":
+        """A copy with other data and/or settings (checked as in the constructor)."""
+        return Study(self.data if data is None else data, self.options.changed(**settings))
 
     def cases(self) -> list[Case]:
         """The cases to run: ``case_ids`` (in their order), less ``exclude``, then ``limit``."""
+        o = self.options
         cases = (list(self.data) if isinstance(self.data, (list, tuple))
-                 else load_cases(self.data, self.layout, self.seq))
-        cases = select_cases(cases, self.case_ids, self.exclude)
-        return cases[: self.limit] if self.limit else cases
+                 else load_cases(self.data, o.layout, o.seq))
+        cases = select_cases(cases, o.case_ids, o.exclude)
+        return cases[: o.limit] if o.limit else cases
 
     def config(self, planner: Any = None):
         """The CohortConfig this study runs with (its repairer pool is built by ``run``).
-        ``planner``: the run's planner (``run`` passes its controller's); default: ``self.planner``
-        when it is an object, else the offline planner."""
+        ``planner``: the run's planner (``run`` passes its controller's); default: the options'
+        ``planner`` when it is an object, else the offline planner."""
         from .agents.planners.bundles import bundle_read_roots, resolve_bundles
         from .engine.cohort import CohortConfig
 
-        contract = _contract(self.task)
-        if contract is None and self.goal is None and self.plan is None:
+        o = self.options
+        contract = _contract(o.task)
+        if contract is None and o.goal is None and o.plan is None:
             raise ToolError(ErrorCode.schema, "a Study needs a task, a goal or a plan")
-        bundles = resolve_bundles(self.bundles, self.model_dirs)
-        if planner is None and not isinstance(self.planner, str):
-            planner = self.planner
-        chosen = make_planner(self.plan, planner, bundles)
-        if self.params:
+        bundles = resolve_bundles(o.bundles, o.model_dirs)
+        if planner is None and not isinstance(o.planner, str):
+            planner = o.planner
+        chosen = make_planner(o.plan, planner, bundles)
+        if o.params:
             from .overrides import ParamSetter, check_params
 
-            chosen = ParamSetter(chosen, check_params(self.params))
-        return CohortConfig(out=Path(self.out), planner=chosen,
-                            contract=contract, goal=self.goal, max_in_flight=self.max_in_flight,
-                            address=self.address, seed=self.seed,
-                            model_dirs=bundle_read_roots(bundles, self.model_dirs),
-                            cache=Path(self.cache) if self.cache else None, node_timeout_s=self.node_timeout_s,
-                            reviewer=report_reviewer(contract, self.r4, self.memory, self.r4_llm),
-                            gpu_concurrency=self.gpu_concurrency, model_server=self._model_server(bundles),
-                            derivatives=self.derivatives)
+            chosen = ParamSetter(chosen, check_params(o.params))
+        return CohortConfig(out=o.out, planner=chosen,
+                            contract=contract, goal=o.goal, max_in_flight=o.max_in_flight,
+                            address=o.address, seed=o.seed,
+                            model_dirs=bundle_read_roots(bundles, o.model_dirs),
+                            cache=o.cache, node_timeout_s=o.node_timeout_s,
+                            reviewer=report_reviewer(contract, o.r4, o.memory, o.r4_llm),
+                            gpu_concurrency=o.gpu_concurrency, model_server=self._model_server(bundles),
+                            derivatives=o.derivatives)
 
     def _model_server(self, bundles: dict[str, str]) -> Any:
         """A factory of the bundle actor pool (built once Ray is up), or None."""
-        if not (self.model_actors and bundles):
+        o = self.options
+        if not (o.model_actors and bundles):
             return None
         from .agents.model_server import bundle_server_factory
 
-        return bundle_server_factory(bundles, self.gpu_concurrency)
+        return bundle_server_factory(bundles, o.gpu_concurrency)
 
     def run(self, on_case_done: Callable[[dict], None] | None = None, hooks: Iterable = (),
             progress: bool = False, console: Any = None):
@@ -222,11 +186,12 @@ class Study:
         """
         from .engine.cohort import run_cohort
 
+        o = self.options
         cases = self.cases()
-        with _controller(self.planner, self.llm, self.reflector, self.llm_record, self.address) as ctl:
+        with _controller(o.planner, o.llm, o.reflector, o.llm_record, o.address) as ctl:
             cfg = self.config(ctl.planner)
-            own = self.repairer is None
-            cfg.repairer = make_repairer(cfg.run_id, ctl.tiers) if own else self.repairer
+            own = o.repairer is None
+            cfg.repairer = make_repairer(cfg.run_id, ctl.tiers) if own else o.repairer
             try:
                 if not progress:
                     return run_cohort(cases, cfg, on_case_done=on_case_done, hooks=hooks)
@@ -237,7 +202,7 @@ class Study:
                 def go(on_case_done: Callable, hooks: list):
                     return run_cohort(cases, cfg, on_case_done=_both(on_case_done, user_done),
                                       hooks=[*hooks, *user_hooks])
-                return run_with_progress(go, len(cases), self.address, console)
+                return run_with_progress(go, len(cases), o.address, console)
             finally:
                 if own:
                     cfg.repairer.close()
@@ -281,29 +246,25 @@ def _controller(planner: Any, llm: Any, reflector: str, llm_record: str | Path |
     return ctl
 
 
-def run_case(case: Case | str | Path, *, task: str | TaskContract | None = None, goal: str | None = None,
-             plan: str | Path | PlanSketch | None = None, out: str | Path = "bcer_out",
-             address: str | None = None, layout: str | None = None, bundles: dict[str, str] | None = None,
-             model_dirs: tuple[str, ...] = (), seq: dict[str, str] | None = None, r4: bool | str = True,
-             memory: str | Path | None = None, planner: Any = None, llm: Any = None,
-             llm_record: str | Path | None = None, reflector: str = "tier1", cache: str | Path | None = None,
-             node_timeout_s: float | None = None, params: dict[str, dict[str, Any]] | None = None,
-             gpu_concurrency: int | None = None, progress: bool = False) -> "CaseResult":
-    """Run one case. The keyword arguments are as for :class:`Study` and ``Study.run``.
+def run_case(case: Case | str | Path, options: StudyOptions | None = None, *, progress: bool = False,
+             **settings: Any) -> "CaseResult":
+    """Run one case.
+
+    Args:
+        case: a ``Case``, a case folder, or a dataset folder holding one case.
+        options: the :class:`~bcer.options.StudyOptions` to run with; ``settings`` (any of its
+            fields by name: ``task=``, ``out=``, ``cache=``, ...) are set on top.
+        progress: draw a progress bar (as ``Study.run``).
 
     Returns:
         A :class:`CaseResult` (``.status``, ``.row``, ``.cases``/``.events`` tables,
         ``.to_dict()`` for the row as a plain dict).
     """
-    cases = [case] if isinstance(case, Case) else load_cases(case, layout, seq)
+    opts = StudyOptions.build(options, **settings).changed(max_in_flight=1)
+    cases = [case] if isinstance(case, Case) else load_cases(case, opts.layout, opts.seq)
     if len(cases) != 1:
         raise ToolError(ErrorCode.schema, f"{case} holds {len(cases)} cases; use Study for a cohort")
-    result = Study(cases, task=task, goal=goal, plan=plan, out=out, address=address, max_in_flight=1,
-                   bundles=bundles, model_dirs=model_dirs, r4=r4, memory=memory,
-                   planner=planner, llm=llm, llm_record=llm_record, reflector=reflector,
-                   cache=cache, node_timeout_s=node_timeout_s, params=params,
-                   gpu_concurrency=gpu_concurrency).run(progress=progress)
-    return CaseResult(result)
+    return CaseResult(Study(cases, opts).run(progress=progress))
 
 
 class CaseResult:
@@ -351,27 +312,28 @@ def build_pages(out: str | Path, **options: Any):
     return build_report(Path(out), **options)
 
 
-def plan_case(case: Case | str | Path, *, task: str | TaskContract | None = None, goal: str | None = None,
-              plan: str | Path | PlanSketch | None = None, layout: str | None = None, planner: Any = None,
-              bundles: dict[str, str] | None = None, model_dirs: tuple[str, ...] = (),
-              seq: dict[str, str] | None = None, llm: Any = None, llm_record: str | Path | None = None,
-              events: list | None = None, params: dict[str, dict[str, Any]] | None = None):
+def plan_case(case: Case | str | Path, options: StudyOptions | None = None, *, events: list | None = None,
+              **settings: Any):
     """Plan and compile without running: returns (sketch, workflow, revisions).
-    ``planner``/``llm``/``llm_record``/``params`` as for :class:`Study`; planning events (LLM calls,
-    rejected plans, fallbacks) are appended to ``events`` when a list is given."""
+
+    ``options``/``settings`` as for :func:`run_case`; planning reads ``task``, ``goal``, ``plan``,
+    ``layout``, ``seq``, ``planner``, ``llm``, ``llm_record``, ``bundles``, ``model_dirs`` and
+    ``params``. Planning events (LLM calls, rejected plans, fallbacks) are appended to ``events``
+    when a list is given."""
     from .agents.planners.bundles import resolve_bundles
     from .engine.planning import plan_and_compile
 
-    cases = [case] if isinstance(case, Case) else load_cases(case, layout, seq)
-    contract = _contract(task)
-    with _controller(planner, llm, "tier1", llm_record, None) as ctl:
-        chosen = make_planner(plan, ctl.planner, resolve_bundles(bundles, model_dirs))
-        if params:
+    o = StudyOptions.build(options, **settings)
+    cases = [case] if isinstance(case, Case) else load_cases(case, o.layout, o.seq)
+    contract = _contract(o.task)
+    with _controller(o.planner, o.llm, "tier1", o.llm_record, None) as ctl:
+        chosen = make_planner(o.plan, ctl.planner, resolve_bundles(o.bundles, o.model_dirs))
+        if o.params:
             from .overrides import ParamSetter, check_params
 
-            chosen = ParamSetter(chosen, check_params(params))
+            chosen = ParamSetter(chosen, check_params(o.params))
         try:
-            return plan_and_compile(chosen, goal or (contract.goal if contract else ""), cases[0], contract)
+            return plan_and_compile(chosen, o.goal or (contract.goal if contract else ""), cases[0], contract)
         finally:
             pop = getattr(chosen, "pop_events", None)
             if pop is not None and events is not None:

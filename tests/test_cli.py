@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bcer import cli
-from bcer.cli import app
+from bcer.cli import main as cli
+from bcer.cli.main import app
 
 runner = CliRunner()
 cli.console.width = 200  # a wide terminal, so table cells are not wrapped mid-word
@@ -87,7 +87,7 @@ def test_data_synth_inspect_plan_run_trace(ray_local, tmp_path):
 
 
 def test_bench_tables_show_sr_delivered_and_plausible_side_by_side():
-    from bcer.cli_views import console, print_bench
+    from bcer.cli.views import console, print_bench
 
     summary = {"chain": "long", "cases": 4, "sr": 0.5, "sr_delivered": 1.0, "tcr": 1.0, "median_case_s": 2.0,
                "quality": {}, "failures": [{"case": "c1", "status": "implausible", "error_code": "value_range",
@@ -176,7 +176,9 @@ def test_plan_with_a_recorded_llm_and_bad_controller_flags(tmp_path):
     assert code == 0, out
     assert "denoise.nlm" in out and "llm_call" in out and "plan_accepted" in out
     code, out = invoke("plan", "--data", case_dir, "--task", "denoise", "--planner", "gpt")
-    assert code == 2 and "'gpt' is not one of" in out and "llm,offline" in out  # the choices, named
+    assert code == 2 and "unknown planner 'gpt'" in out and "llm,offline" in out  # the choices, named
+    code, out = invoke("plan", "--data", case_dir, "--task", "denoise", "--planner", "ofline")
+    assert code == 2 and "did you mean 'offline'" in out  # a typo gets the near choice
     code, out = invoke("plan", "--data", case_dir, "--task", "denoise", "--planner", "llm", "--llm", "carrier-pigeon")
     assert code == 2 and "value_range" in out
     code, out = invoke("plan", "--data", case_dir, "--task", "denoise", "--planner", "llm")

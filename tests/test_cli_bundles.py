@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from bcer import cli
-from bcer.cli import app
+from bcer.cli import main as cli
+from bcer.cli.main import app
 from bcer.datasets.brain import make_brain
 from bcer.io import write_nifti
 

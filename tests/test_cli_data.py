@@ -8,8 +8,8 @@ import nibabel as nib
 import numpy as np
 from typer.testing import CliRunner
 
-from bcer import cli
-from bcer.cli import app
+from bcer.cli import main as cli
+from bcer.cli.main import app
 
 cli.console.width = 200
 

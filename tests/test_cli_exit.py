@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 import bcer
-from bcer import cli
-from bcer.cli import app
+from bcer.cli import main as cli
+from bcer.cli.main import app
 
 runner = CliRunner()
 cli.console.width = 200

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 import bcer
-from bcer import cli
-from bcer.cli import app
+from bcer.cli import main as cli
+from bcer.cli.main import app
 
 runner = CliRunner()
 COMMANDS = [("tasks",), ("tools",), ("plan",), ("run",), ("cohort",), ("bench",), ("demo",), ("report",),
@@ -136,3 +136,14 @@ def test_case_selection_keeps_order_excludes_and_names_unknown_ids():
     with pytest.raises(ToolError) as e:
         select_cases(cases, ["c9"])
     assert e.value.code.value == "input_missing" and "c9" in str(e.value)
+
+
+def test_choice_lists_name_the_near_choice():
+    """One choice parser for --task, --arms, --faults, --planner and --reflector: a typo exits 2,
+    before anything runs, with the near choice."""
+    for args, near in ((("bench", "--task", "denoyse"), "'denoise'"),
+                       (("bench", "--arms", "react_bnd"), "'react_bind'"),
+                       (("bench", "--faults", "timeot"), "'timeout'"),
+                       (("cohort", "--data", ".", "--reflector", "tier1,lm"), "'tier1,llm'")):
+        code, out = invoke(*args)
+        assert code == 2 and f"did you mean {near}" in flat(out), (args, out)

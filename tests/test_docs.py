@@ -94,7 +94,7 @@ def test_runnable_readme_blocks_run(tmp_path):
 
 
 def _check_bcer(argv: list[str]) -> None:
-    from bcer.cli import app
+    from bcer.cli.main import app
 
     words = [a for a in argv[1:]]
     sub: list[str] = []

@@ -15,6 +15,7 @@ BELOW_TOOLS = {"contracts", "metrics", "optional"}
 ALLOWED: dict[str, set[str]] = {
     "contracts": set(),
     "metrics": {"contracts"},
+    "options": {"contracts"},
     "optional": {"contracts"},
     "io": {"contracts"},  # readers and writers of formats: below everything else
     "tools": BELOW_TOOLS | {"io"},
@@ -25,18 +26,14 @@ ALLOWED: dict[str, set[str]] = {
     "engine": BELOW_TOOLS | {"io", "tools", "datasets"},
     "progress": BELOW_TOOLS | {"engine"},
     "agents": BELOW_TOOLS | {"io", "tools", "datasets", "engine", "memory"},
-    "bench": BELOW_TOOLS | {"io", "tools", "datasets", "engine", "memory", "agents", "api", "overrides",
+    "bench": BELOW_TOOLS | {"io", "tools", "datasets", "engine", "memory", "agents", "api", "options", "overrides",
                             "pages", "progress"},
-    "api": BELOW_TOOLS | {"io", "tools", "datasets", "engine", "memory", "agents", "pages", "overrides",
+    "api": BELOW_TOOLS | {"io", "tools", "datasets", "engine", "memory", "agents", "options", "pages", "overrides",
                           "progress"},
-    "cli": BELOW_TOOLS | {"io", "tools", "datasets", "engine", "memory", "agents", "api", "bench", "pages",
-                          "overrides", "progress", "cli_data", "cli_memory", "cli_options", "cli_views"},
-    "cli_data": BELOW_TOOLS | {"io", "tools", "datasets", "engine", "api", "cli_options", "cli_views"},
-    "cli_memory": BELOW_TOOLS | {"memory", "engine", "agents", "cli_options", "cli_views"},
-    "cli_options": BELOW_TOOLS | {"tools", "datasets"},
-    "cli_views": BELOW_TOOLS | {"tools", "datasets", "engine"},
+    "cli": BELOW_TOOLS | {"io", "tools", "datasets", "engine", "memory", "agents", "api", "bench", "options", "pages",
+                          "overrides", "progress"},
 }
-NO_RAY = {"contracts", "metrics", "optional", "io", "tools", "memory", "datasets", "pages", "overrides"}
+NO_RAY = {"contracts", "metrics", "optional", "options", "io", "tools", "memory", "datasets", "pages", "overrides"}
 
 
 @lru_cache(maxsize=1)

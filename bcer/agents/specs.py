@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..contracts.errors import ErrorCode, ToolError
+from ..contracts.errors import ErrorCode, ToolError, parse_choices
 
 PLANNERS = ("offline", "llm", "llm,offline")
 REFLECTORS = ("tier1", "tier1,llm")
@@ -26,18 +26,16 @@ def _parts(spec: str) -> list[str]:
 
 
 def check_planner(spec: str) -> list[str]:
+    """The parts of a planner spec (``"llm,offline"`` -> ``["llm", "offline"]``), checked."""
     parts = _parts(spec)
-    if ",".join(parts) not in PLANNERS:
-        raise ToolError(ErrorCode.value_range, f"unknown planner {spec!r}", f"one of {', '.join(PLANNERS)}",
-                        arg="planner")
+    parse_choices([",".join(parts)], PLANNERS, "planner", "planner", every=None)  # the spec is one choice
     return parts
 
 
 def check_reflector(spec: str) -> list[str]:
+    """The repair tiers of a reflector spec (``"tier1,llm"``), checked."""
     parts = _parts(spec)
-    if ",".join(parts) not in REFLECTORS:
-        raise ToolError(ErrorCode.value_range, f"unknown reflector tiers {spec!r}",
-                        f"one of {', '.join(REFLECTORS)}", arg="reflector")
+    parse_choices([",".join(parts)], REFLECTORS, "reflector tiers", "reflector", every=None)
     return parts
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..contracts import Case, ErrorCode, TaskContract, ToolError
-from ..contracts.errors import did_you_mean
+from ..contracts.errors import parse_choices
 from ..engine.trace import TraceWriter
 from .react import ArmOutcome, Memo, ReActConfig, ScriptedReAct
 
@@ -41,14 +41,7 @@ ARM_DOCS: dict[str, str] = {
 
 def resolve_arms(arms: str | list[str] | tuple[str, ...]) -> list[str]:
     """``"all"``, ``"a,b"`` or a list -> arm names, checked (a ``value_range`` ToolError naming an unknown one)."""
-    if isinstance(arms, str):
-        arms = list(ARMS) if arms.strip() == "all" else [a.strip() for a in arms.split(",") if a.strip()]
-    out = list(dict.fromkeys(arms))
-    bad = [a for a in out if a not in ARMS]
-    if bad or not out:
-        raise ToolError(ErrorCode.value_range, f"unknown arm {bad[0] if bad else ''!r}",
-                        hint=did_you_mean(bad[0] if bad else "", ARMS), arg="arms")
-    return out
+    return parse_choices(arms, ARMS, "arm", "arms")
 
 
 def react_config(arm: str, call_timeout_s: float) -> ReActConfig:
@@ -67,7 +60,7 @@ def run_engine(case: Case, contract: TaskContract, planner: Any, out_dir: Path, 
                events: list[dict[str, Any]] = ()) -> ArmOutcome:
     """The ``bcer`` arm: admit, plan and compile (revising), then the Ray executor. Never raises."""
     from ..agents.repair.reflector import Reflector
-    from ..engine.cohort import admit_case
+    from ..engine.driver import admit_case
     from ..engine.executor import RunContext, run_case_workflow
     from ..engine.planning import plan_and_compile
 

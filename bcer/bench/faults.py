@@ -58,7 +58,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..contracts import Case, PlanSketch, TaskContract
-from ..contracts.errors import ErrorCode, ToolError, did_you_mean
+from ..contracts.errors import parse_choices
 from ..contracts.sequences import canonical_sequence
 from ..contracts.tokens import Token, is_token, ref_name
 
@@ -131,14 +131,7 @@ def resolve_faults(faults: str | list[str] | tuple[str, ...]) -> list[str]:
     Raises:
         ToolError: ``value_range``, naming an unknown fault type.
     """
-    if isinstance(faults, str):
-        faults = list(FAULT_TYPES) if faults.strip() == "all" else [f.strip() for f in faults.split(",") if f.strip()]
-    out = list(dict.fromkeys(faults))
-    bad = [f for f in out if f not in CATALOGUE]
-    if bad or not out:
-        raise ToolError(ErrorCode.value_range, f"unknown fault type {bad[0] if bad else ''!r}",
-                        hint=did_you_mean(bad[0] if bad else "", FAULT_TYPES), arg="faults")
-    return out
+    return parse_choices(faults, FAULT_TYPES, "fault type", "faults")
 
 
 def fault_rng(fault_type: str, case_id: str, seed: int) -> random.Random:

@@ -5,7 +5,7 @@ Retries and repairs route on ``ToolError.code``, never on message text.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any
+from typing import Any, Iterable
 
 
 class ErrorCode(str, Enum):
@@ -77,3 +77,23 @@ def did_you_mean(name: str, options, n: int = 3) -> str:
     if close:
         return f"did you mean {', '.join(repr(c) for c in close)}? valid: {opts}"
     return f"valid: {opts}"
+
+
+def parse_choices(value: str | Iterable[str], choices: Iterable[str], what: str, arg: str,
+                  every: str | None = "all") -> list[str]:
+    """The one parser of choice lists (``--task a,b``, ``--arms all``, ``--planner llm,offline``):
+    ``"a,b"``, a list, or ``every`` (all choices) -> the chosen names in order, each once.
+
+    Raises:
+        ToolError: ``value_range`` naming an unknown choice (with did-you-mean) or an empty list.
+    """
+    known = list(choices)
+    if isinstance(value, str):
+        value = known if every is not None and value.strip() == every else value.split(",")
+    chosen = list(dict.fromkeys(v.strip() for v in value if v.strip()))
+    bad = [v for v in chosen if v not in known]
+    if bad:
+        raise ToolError(ErrorCode.value_range, f"unknown {what} {bad[0]!r}", hint=did_you_mean(bad[0], known), arg=arg)
+    if not chosen:
+        raise ToolError(ErrorCode.value_range, f"no {what} given", hint=f"valid: {sorted(known)}", arg=arg)
+    return chosen

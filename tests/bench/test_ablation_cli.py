@@ -6,8 +6,8 @@ import json
 
 from typer.testing import CliRunner
 
-from bcer import cli
-from bcer.cli import app
+from bcer.cli import main as cli
+from bcer.cli.main import app
 
 runner = CliRunner()
 cli.console.width = 200

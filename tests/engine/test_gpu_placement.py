@@ -136,7 +136,7 @@ def test_study_and_cli_carry_the_gpu_settings(ray_local, tmp_path):
     from typer.testing import CliRunner
 
     from bcer.api import Study
-    from bcer.cli import app
+    from bcer.cli.main import app
     from bcer.tools.seg.bundle import shipped_bundle
 
     case = Case(id="c", root=str(tmp_path), sequences={})

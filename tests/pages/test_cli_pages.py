@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bcer.cli import app
+from bcer.cli.main import app
 
 runner = CliRunner()
 pytestmark = pytest.mark.timeout(300)

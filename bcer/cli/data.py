@@ -1,6 +1,6 @@
 """``bcer data inspect DIR``: the layout bcer detects and, per case, the tasks it can run.
 
-Registered on the ``data`` command group by ``bcer.cli``; kept apart so the dataset view
+Registered on the ``data`` command group by ``bcer.cli.main``; kept apart so the dataset view
 does not grow the main CLI module.
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from . import cli_options as O
-from . import cli_views as V
-from .contracts import ToolError
+from . import options as O
+from . import views as V
+from ..contracts import ToolError
 
 
 def _cell_sequences(seqs: dict) -> str:
@@ -36,8 +36,8 @@ def data_inspect(root: Path = typer.Argument(..., metavar="DATA", help="dataset 
                  seq: O.Seq = None) -> None:
     """Name the detected layout and, per case, its sequences, ground truth, problems and the
     tasks it can run."""
-    from .datasets.layouts._inspect import inspect
-    from .datasets.layouts.flat import parse_mapping
+    from ..datasets.layouts._inspect import inspect
+    from ..datasets.layouts.flat import parse_mapping
 
     try:
         rows = inspect(root, layout, parse_mapping(seq) if seq else None)

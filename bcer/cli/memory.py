@@ -1,6 +1,6 @@
 """``bcer memory stats|add|search|export``: the R4 exemplar memory from the command line.
 
-Registered on the ``memory`` command group by ``bcer.cli``; kept apart so the main CLI module
+Registered on the ``memory`` command group by ``bcer.cli.main``; kept apart so the main CLI module
 holds the run commands.
 """
 from __future__ import annotations
@@ -12,13 +12,13 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from . import cli_options as O
-from .cli_views import console, fail as _fail
-from .contracts import ToolError
+from . import options as O
+from .views import console, fail as _fail
+from ..contracts import ToolError
 
 
 def _open_memory(path: Path, readonly: bool, embedder: str):
-    from .memory import ExemplarMemory
+    from ..memory import ExemplarMemory
 
     if readonly and not (path / "manifest.json").exists() and not (path / "wal.jsonl").exists():
         _fail(FileNotFoundError(f"no exemplar memory in {path}"))
@@ -53,10 +53,10 @@ def memory_add(runs: list[Path] = typer.Argument(..., metavar="RUN...", help="ca
                memory: Path = _MEM_OPT, embedder: str = _EMB_OPT) -> None:
     """Curate the reviewed reports of finished cases into the memory (only validated cases, those
     with _DONE, whose report the R4 loop left without material issue are added)."""
-    from .agents.memory_actor import MemoryClient
-    from .agents.r4.reviewer import R4Reviewer
-    from .contracts.artifacts import Report
-    from .engine.review import CurateRequest
+    from ..agents.memory_actor import MemoryClient
+    from ..agents.r4.reviewer import R4Reviewer
+    from ..contracts.artifacts import Report
+    from ..engine.review import CurateRequest
 
     dirs = sorted({p.parent for r in runs for p in ([r / "report.json"] if (r / "report.json").exists()
                                                      else r.glob("*/report.json"))})

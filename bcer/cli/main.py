@@ -10,15 +10,16 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 import typer.core
 from rich.table import Table
 
-from . import cli_options as O
-from . import cli_views as V
-from .contracts import ErrorCode, ToolError
+from . import options as O
+from . import views as V
+from ..contracts import ErrorCode, ToolError
+from ..options import StudyOptions
 
 # plain help (click's layout, as nnU-Net's and Ray's CLIs): every metavar is ours, no type names.
 # typer prints a positional argument's Python type (``<path>``) beside its metavar whatever the
@@ -37,7 +38,7 @@ app.add_typer(data_app, name="data")
 memory_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, context_settings=_CTX,
                          help="The R4 exemplar memory: stats, add, search, export.")
 app.add_typer(memory_app, name="memory")
-console = V.console  # one console: tests set its width through bcer.cli
+console = V.console  # one console: tests set its width through bcer.cli.main
 
 EXIT_OK, EXIT_CASES, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -61,32 +62,6 @@ def _exit_for(rows: list[dict]) -> None:
     raise typer.Exit(EXIT_CASES if bad or not rows else EXIT_OK)
 
 
-def _seq(items: Optional[list[str]]) -> Optional[dict[str, str]]:
-    from .datasets.layouts.flat import parse_mapping
-
-    return parse_mapping(items) if items else None
-
-
-def _bundles(items: Optional[list[str]]) -> Optional[dict[str, str]]:
-    from .agents.planners.bundles import parse_bundle_args
-
-    return parse_bundle_args(items) if items else None
-
-
-def _sets(items: Optional[list[str]]) -> Optional[dict[str, dict[str, Any]]]:
-    """``--set`` values, checked against each tool's params model (a typed error, exit 2)."""
-    from .overrides import parse_sets
-
-    try:
-        return parse_sets(items) if items else None
-    except ToolError as e:
-        _fail(e)
-
-
-def _dirs(items: Optional[list[Path]]) -> tuple[str, ...]:
-    return tuple(str(p) for p in items or ())
-
-
 def _data(data: Optional[Path], old_case: Optional[Path]) -> Path:
     if data is None and old_case is None:
         _fail(ToolError(ErrorCode.input_missing, "no dataset given", hint="give the dataset or case folder with "
@@ -96,7 +71,7 @@ def _data(data: Optional[Path], old_case: Optional[Path]) -> Path:
 
 def _version(value: bool) -> None:
     if value:
-        from . import __version__
+        from .. import __version__
 
         typer.echo(f"bcer {__version__}")
         raise typer.Exit()
@@ -124,11 +99,11 @@ def tasks(as_json: O.Json = False) -> None:
 def tools(name: Optional[str] = typer.Argument(None, metavar="TOOL", help="show one tool in full (e.g. denoise.nlm)"),
           as_json: O.Json = False) -> None:
     """List every registered tool with its ports, params (defaults, bounds), resources and GPU path."""
-    from .tools import list_tools
+    from ..tools import list_tools
 
     specs = list_tools()
     if name is not None:
-        from .tools.registry import get_tool
+        from ..tools.registry import get_tool
 
         try:
             specs = [get_tool(name).spec]
@@ -146,22 +121,15 @@ def tools(name: Optional[str] = typer.Argument(None, metavar="TOOL", help="show 
 
 
 @app.command()
-def plan(data: O.Data = None, case: O.OldCase = None,
-         task: O.Task = None, goal: O.Goal = None, plan_file: O.PlanFile = None,
-         layout: O.Layout = None, seq: O.Seq = None, set_: O.Set = None,
-         bundle: O.Bundle = None, model_dir: O.ModelDir = None,
-         planner: O.Planner = "offline", llm: O.LLM = None, llm_record: O.LLMRecord = None,
+@O.study_options(*O.PLANNING)
+def plan(data: O.Data = None, case: O.OldCase = None, opts: Optional[StudyOptions] = None,
          as_json: O.Json = False) -> None:
     """Print the plan sketch and the compiled DAG of one case without running anything."""
-    from .api import plan_case
+    from ..api import plan_case
 
     events: list[dict] = []
-    params = _sets(set_)
     try:
-        sketch, workflow, revisions = plan_case(_data(data, case), task=task, goal=goal, plan=plan_file,
-                                                layout=layout, bundles=_bundles(bundle), model_dirs=_dirs(model_dir),
-                                                seq=_seq(seq), planner=planner, llm=llm, llm_record=llm_record,
-                                                events=events, params=params)
+        sketch, workflow, revisions = plan_case(_data(data, case), opts, events=events)
     except (ToolError, FileNotFoundError) as e:
         V.print_planning(events)
         _fail(e)
@@ -200,53 +168,45 @@ def _print_workflow(workflow, revisions: int) -> None:
         console.print(f"deliverable [bold]{d.name}[/] ← @node.{d.node}.{d.field} → {d.file}")
 
 
-def _run_study(study, out: Path, address: Optional[str], as_json: bool = False):
+def _run_study(study, as_json: bool = False):
     """The study under the progress display (on stderr with --json, so stdout stays JSON);
     typed errors exit 2, Ctrl-C 130."""
-    import dataclasses
-
     from rich.console import Console
 
-    from .progress import run_with_progress
+    from ..progress import run_with_progress
 
     try:
         cases = study.cases()
         if not cases:
             _fail(ToolError(ErrorCode.input_missing, "no case left to run",
                             hint="check --case-id / --exclude / --limit"))
-        chosen = dataclasses.replace(study, data=cases, case_ids=None, exclude=None, limit=None)
-        return run_with_progress(chosen.run, len(cases), address, Console(stderr=True) if as_json else console)
+        chosen = study.replace(data=cases, case_ids=None, exclude=None, limit=None)
+        return run_with_progress(chosen.run, len(cases), study.options.address,
+                                 Console(stderr=True) if as_json else console)
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     except KeyboardInterrupt:
-        _interrupted(out)
+        _interrupted(study.options.out)
 
 
 @app.command()
-def run(data: O.Data = None, case: O.OldCase = None,
-        task: O.Task = None, goal: O.Goal = None, plan_file: O.PlanFile = None,
-        out: O.Out = Path("bcer_out"), layout: O.Layout = None, seq: O.Seq = None, set_: O.Set = None,
-        address: O.Address = None, cache: O.Cache = None, node_timeout: O.NodeTimeout = None,
-        gpu_concurrency: O.GpuConcurrency = None, model_actors: O.ModelActors = False,
-        bundle: O.Bundle = None, model_dir: O.ModelDir = None, r4: O.R4 = True, memory: O.Memory = None,
-        planner: O.Planner = "offline", llm: O.LLM = None, llm_record: O.LLMRecord = None,
-        reflector: O.Reflector = "tier1", report: O.Report = True, as_json: O.Json = False) -> None:
+@O.study_options(*O.PLANNING, *O.RUNNING, *O.PER_CASE)
+def run(data: O.Data = None, case: O.OldCase = None, opts: Optional[StudyOptions] = None,
+        report: O.Report = True, as_json: O.Json = False) -> None:
     """Run one case (a case folder, or a dataset folder holding one case).
 
     Exit code 0: delivered and plausible; 1: failed or implausible; 2: usage or input error.
     """
-    from .api import Study, load_cases
+    from ..api import Study, load_cases
 
-    shared = _study_kwargs(locals())
     try:
-        cases = load_cases(_data(data, case), layout, _seq(seq))
+        cases = load_cases(_data(data, case), opts.layout, opts.seq)
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     if len(cases) != 1:
         _fail(ToolError(ErrorCode.value_range, f"{data or case} holds {len(cases)} cases",
                         hint="use `bcer cohort` (--case-id ID picks one)", arg="--data"))
-    result = _run_study(Study(cases, max_in_flight=1, gpu_concurrency=gpu_concurrency, model_actors=model_actors,
-                              **shared), out, address, as_json)
+    result = _run_study(Study(cases, opts, max_in_flight=1), as_json)
     row = result.rows[0]
     keys = ("case", "status", "sr", "sr_delivered", "tcr", "error_code", "error_message", "deliverables",
             "measurements", "plausibility")
@@ -260,15 +220,8 @@ def run(data: O.Data = None, case: O.OldCase = None,
 
 
 @app.command()
-def cohort(data: O.DataRequired, task: O.Task = None, goal: O.Goal = None, plan_file: O.PlanFile = None,
-           out: O.Out = Path("bcer_out"), layout: O.Layout = None, seq: O.Seq = None,
-           case_id: O.CaseId = None, exclude: O.Exclude = None, limit: O.Limit = None, set_: O.Set = None,
-           address: O.Address = None, max_in_flight: O.MaxInFlight = None, cache: O.Cache = None,
-           node_timeout: O.NodeTimeout = None, gpu_concurrency: O.GpuConcurrency = None,
-           model_actors: O.ModelActors = False, bundle: O.Bundle = None, model_dir: O.ModelDir = None,
-           r4: O.R4 = True, memory: O.Memory = None,
-           planner: O.Planner = "offline", llm: O.LLM = None, llm_record: O.LLMRecord = None,
-           reflector: O.Reflector = "tier1", report: O.Report = True, derivatives: O.Derivatives = True,
+@O.study_options(*O.PLANNING, *O.RUNNING, *O.PER_CASE, *O.COHORT)
+def cohort(data: O.DataRequired, opts: Optional[StudyOptions] = None, report: O.Report = True,
            as_json: O.Json = False) -> None:
     """Run every case of a dataset folder; a failing case becomes a row and the others finish;
     a rerun on the same --out skips the finished cases.
@@ -276,16 +229,9 @@ def cohort(data: O.DataRequired, task: O.Task = None, goal: O.Goal = None, plan_
     Exit code 0: every case delivered and plausible; 1: some case failed or implausible;
     2: usage or input error (nothing ran).
     """
-    from .api import Study
+    from ..api import Study
 
-    shared = _study_kwargs(locals())
-    try:
-        study = Study(data, layout=layout, max_in_flight=max_in_flight, limit=limit, seq=_seq(seq),
-                      case_ids=case_id, exclude=exclude, gpu_concurrency=gpu_concurrency,
-                      model_actors=model_actors, derivatives=derivatives, **shared)
-    except ToolError as e:
-        _fail(e)
-    result = _run_study(study, out, address, as_json)
+    result = _run_study(Study(data, opts), as_json)
     if as_json:
         typer.echo(json.dumps({"summary": result.summary(), "rows": result.rows}, indent=2, default=str))
     else:
@@ -295,22 +241,12 @@ def cohort(data: O.DataRequired, task: O.Task = None, goal: O.Goal = None, plan_
     _exit_for(result.rows)
 
 
-def _study_kwargs(cli: dict[str, Any]) -> dict[str, Any]:
-    """The ``Study`` arguments of the options ``run`` and ``cohort`` share, from the command's
-    ``locals()`` (CLI names to API names, flags parsed): declared once for both commands."""
-    return dict(task=cli["task"], goal=cli["goal"], plan=cli["plan_file"], out=cli["out"], address=cli["address"],
-                bundles=_bundles(cli["bundle"]), model_dirs=_dirs(cli["model_dir"]), r4=cli["r4"],
-                memory=cli["memory"], planner=cli["planner"], llm=cli["llm"], llm_record=cli["llm_record"],
-                reflector=cli["reflector"], cache=cli["cache"], node_timeout_s=cli["node_timeout"],
-                params=_sets(cli["set_"]))
-
-
 @app.command()
 def trace(case_dir: Path = typer.Argument(..., metavar="CASE_OUT",
                                           help="a case's output folder (OUT/CASE, holds events.jsonl)"),
           as_json: O.Json = False) -> None:
     """Timeline of a case's events."""
-    from .engine.trace import read_events
+    from ..engine.trace import read_events
 
     path = case_dir / "events.jsonl" if case_dir.is_dir() else case_dir
     if not path.exists():
@@ -339,21 +275,17 @@ def trace(case_dir: Path = typer.Argument(..., metavar="CASE_OUT",
 
 
 @app.command()
+@O.study_options("set_", "bundle", "model_dir", "planner", "llm", "llm_record", *O.RUNNING, out=Path("bench_out"))
 def bench(task: O.Tasks = None, tasks_old: Optional[str] = typer.Option(None, "--tasks", hidden=True),
           cases: int = typer.Option(10, "--cases", metavar="N", min=1, help="cases per task"),
-          out: O.Out = Path("bench_out"),
           size: str = typer.Option("small", metavar="SIZE", help="phantom size: small | full"),
           family: str = typer.Option("base", metavar="FAMILY", help="phantom family: base | randomised | heldout "
                                      "(heldout: measure only, never tune on it)"),
           data: Optional[Path] = typer.Option(None, "--data", metavar="DIR",
                                               help="read cases from this folder instead of synthesising"),
-          seed: int = typer.Option(0, metavar="N", help="phantom seed"), set_: O.Set = None,
-          address: O.Address = None,
+          seed: int = typer.Option(0, metavar="N", help="phantom seed"), opts: Optional[StudyOptions] = None,
           max_in_flight: int = typer.Option(2, "--max-in-flight", metavar="N", min=1, help="cases in flight per task"),
-          cache: O.Cache = None, node_timeout: O.NodeTimeout = None,
-          bundle: O.Bundle = None, model_dir: O.ModelDir = None,
-          planner: O.Planner = "offline", llm: O.LLM = None, llm_record: O.LLMRecord = None,
-          reflector: O.Reflector = "tier1", report: O.Report = True, as_json: O.Json = False,
+          report: O.Report = True, as_json: O.Json = False,
           arms: Optional[str] = typer.Option(None, metavar="ARMS", help="controller ablation: all | react,react_bind,"
                                              "react_bind_ref,bcer (with --faults)"),
           faults: Optional[str] = typer.Option(None, metavar="FAULTS", help="controller ablation: all | fault "
@@ -368,25 +300,25 @@ def bench(task: O.Tasks = None, tasks_old: Optional[str] = typer.Option(None, "-
     Exit code 0: every case delivered and plausible; 1: some case failed or implausible;
     2: usage or input error.
     """
-    from .bench import resolve_tasks, run_bench
-    from .progress import local_cluster
+    from ..bench import resolve_tasks, run_bench
+    from ..progress import local_cluster
 
     chosen = list(task or []) or ([t for t in tasks_old.split(",") if t.strip()] if tasks_old else ["all"])
     chosen = "all" if chosen == ["all"] else chosen
+    out = opts.out
     if arms or faults:
-        limit = node_timeout or timeout_old or 60.0
-        _ablation(chosen, arms or "all", faults or "all", cases, out, address, size, data, seed, max_in_flight,
-                  limit, planner, llm, llm_record)
+        limit = opts.node_timeout_s or timeout_old or 60.0
+        _ablation(chosen, arms or "all", faults or "all", cases, out, opts.address, size, data, seed, max_in_flight,
+                  limit, opts.planner, opts.llm, opts.llm_record)
         return
-    params = _sets(set_)
     try:
         ids = resolve_tasks(chosen)
-        with local_cluster(address, console), V.case_bar(len(ids) * cases) as advance:
-            result = run_bench(ids, cases, out, address=address, size=size, data=data, seed=seed,
-                               max_in_flight=max_in_flight, on_case_done=advance, bundles=_bundles(bundle),
-                               model_dirs=_dirs(model_dir), planner=planner, llm=llm, llm_record=llm_record,
-                               reflector=reflector, cache=cache, node_timeout_s=node_timeout, family=family,
-                               params=params)
+        with local_cluster(opts.address, console), V.case_bar(len(ids) * cases) as advance:
+            result = run_bench(ids, cases, out, address=opts.address, size=size, data=data, seed=seed,
+                               max_in_flight=max_in_flight, on_case_done=advance, bundles=opts.bundles,
+                               model_dirs=opts.model_dirs, planner=opts.planner, llm=opts.llm,
+                               llm_record=opts.llm_record, reflector=opts.reflector, cache=opts.cache,
+                               node_timeout_s=opts.node_timeout_s, family=family, params=opts.params)
     except (ToolError, FileNotFoundError) as e:
         _fail(e)
     except KeyboardInterrupt:
@@ -404,11 +336,11 @@ def _ablation(tasks, arms: str, faults: str, cases: int, out: Path, address: Opt
               data: Optional[Path], seed: int, max_in_flight: int, timeout: float, planner: str = "offline",
               llm: Optional[str] = None, llm_record: Optional[Path] = None) -> None:
     """The controller ablation; every arm plans with the same planner (and LLM backend)."""
-    from .agents.specs import Controller
-    from .bench import resolve_tasks
-    from .bench.ablation import run_ablation
-    from .bench.arms import resolve_arms
-    from .bench.faults import resolve_faults
+    from ..agents.specs import Controller
+    from ..bench import resolve_tasks
+    from ..bench.ablation import run_ablation
+    from ..bench.arms import resolve_arms
+    from ..bench.faults import resolve_faults
 
     try:
         ids, arm_ids, fault_ids = resolve_tasks(tasks), resolve_arms(arms), resolve_faults(faults)
@@ -440,9 +372,8 @@ def demo(out: O.Out = Path("demo_out"),
                   f"outputs in {out}")
     try:
         bench(task=task, tasks_old=None, cases=cases, out=out, size="small", family="base", data=None, seed=0,
-              set_=None, address=address, max_in_flight=2, cache=None, node_timeout=None, bundle=None,
-              model_dir=None, planner=planner, llm=llm, llm_record=llm_record, reflector=reflector, report=True,
-              as_json=False, arms=None, faults=None, timeout_old=None)
+              address=address, max_in_flight=2, planner=planner, llm=llm, llm_record=llm_record,
+              reflector=reflector, report=True, as_json=False, arms=None, faults=None, timeout_old=None)
     finally:
         console.print(f"open [bold]{out}/report/index.html[/]  ·  a case's timeline: bcer trace "
                       f"{out}/runs/TASK/CASE  ·  tables: {out}/runs/TASK/cohort.parquet")
@@ -450,7 +381,7 @@ def demo(out: O.Out = Path("demo_out"),
 
 def _pages(out: Path, **kwargs) -> None:
     """Write OUT/report and print where; a failure here never fails the run that produced OUT."""
-    from .pages import build_report
+    from ..pages import build_report
 
     try:
         stats = build_report(out, **kwargs)
@@ -472,7 +403,7 @@ def report(out: Path = typer.Argument(..., metavar="OUT", help="a cohort or benc
     Exit code 0: pages written (problems found are listed); 1: the pages could not be built;
     2: OUT is not a bcer output folder.
     """
-    from .pages import build_report
+    from ..pages import build_report
 
     try:
         stats = build_report(out, max_case_pages=max_case_pages, case_pages=case_pages)
@@ -505,7 +436,7 @@ def data_synth(domain: str = typer.Option(..., metavar="DOMAIN", help="brain | c
                family: str = typer.Option("base", metavar="FAMILY", help="phantom family: base | randomised (tuning/training) "
                                                        "| heldout (measurement only)")) -> None:
     """Write a phantom cohort with exact ground truth in a real dataset layout."""
-    from .datasets.synth import synth_cohort
+    from ..datasets.synth import synth_cohort
 
     try:
         cases = synth_cohort(domain, n, out, layout=layout, seed=seed, size=size, family=family)
@@ -514,12 +445,12 @@ def data_synth(domain: str = typer.Option(..., metavar="DOMAIN", help="brain | c
     console.print(f"wrote {len(cases)} {domain} cases ({size}, {family} family) to {out}")
 
 
-from .cli_data import data_inspect  # noqa: E402  (bcer data inspect: layout, cases, runnable tasks)
+from .data import data_inspect  # noqa: E402  (bcer data inspect: layout, cases, runnable tasks)
 
 data_app.command("inspect")(data_inspect)
 
 
-from .cli_memory import memory_add, memory_export, memory_search, memory_stats  # noqa: E402
+from .memory import memory_add, memory_export, memory_search, memory_stats  # noqa: E402
 
 for _name, _fn in (("stats", memory_stats), ("add", memory_add), ("search", memory_search), ("export", memory_export)):
     memory_app.command(_name)(_fn)

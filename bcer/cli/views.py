@@ -1,5 +1,5 @@
 """What the `bcer` command prints: rich tables and lines for plans, runs, benches and the
-ablation (the commands themselves live in ``bcer.cli``)."""
+ablation (the commands themselves live in ``bcer.cli.main``)."""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -205,7 +205,7 @@ def print_tool_table(specs: list) -> None:
 
 def task_rows() -> list[dict]:
     """id, domain, chain, inputs (with alternatives) and deliverables of every task contract."""
-    from .contracts import list_contracts, load_contract
+    from ..contracts import list_contracts, load_contract
 
     rows = []
     for tid in list_contracts():

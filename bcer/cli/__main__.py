@@ -1,0 +1,4 @@
+"""``python -m bcer.cli``: the same command as the ``bcer`` console script."""
+from .main import main
+
+main()
