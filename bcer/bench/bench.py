@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..contracts import Case, ErrorCode, TaskContract, ToolError, list_contracts, load_contract
+from ..engine.rows import CaseRow
 from ..io import write_json
 from .cases import TASK_DATA, family_options, synth_task_cases
 from .quality import case_quality, summarise
@@ -91,17 +92,13 @@ def _task_rows(task: str, cases: list[Case], result: Any, contract: TaskContract
     ``None`` scores nothing (the row's ``quality`` is then ``{}``)."""
     by_id = {c.id: c for c in cases}
     rows = []
-    for row in result.rows:
-        case_dir = result.out / row["case"]
-        quality = ({} if scored is None else scored[row["case"]] if row["case"] in scored
-                   else _quality(by_id.get(row["case"]), case_dir, contract))
-        rows.append({"task": task, "case": row["case"], "status": row["status"], "sr": row.get("sr") or 0,
-                     "sr_delivered": int(row.get("sr_delivered", row.get("sr")) or 0),
-                     "tcr": float(row.get("tcr") or 0.0), "error_code": row.get("error_code"),
-                     "error_message": row.get("error_message"), "error_node": row.get("error_node"),
-                     "duration_s": row.get("duration_s"), "repairs": row.get("repairs", 0),
-                     "plan_revisions": row.get("plan_revisions"), "quality": quality,
-                     "plausibility": row.get("plausibility") or []})
+    for r in map(CaseRow.from_dict, result.rows):  # the engine's one row shape (engine.rows)
+        quality = ({} if scored is None else scored[r.case] if r.case in scored
+                   else _quality(by_id.get(r.case), result.out / r.case, contract))
+        rows.append({"task": task, "case": r.case, "status": r.status, "sr": r.sr, "sr_delivered": r.delivered,
+                     "tcr": float(r.tcr), "error_code": r.error_code, "error_message": r.error_message,
+                     "error_node": r.error_node, "duration_s": r.duration_s, "repairs": r.repairs,
+                     "plan_revisions": r.plan_revisions, "quality": quality, "plausibility": r.plausibility})
     return rows
 
 
