@@ -1,4 +1,5 @@
-"""Cerebellum: tokens, compiler, sandbox, Ray executor and cohort runner.
+"""Cerebellum: tokens, compiler, sandbox, the driver loop (``driver``), a running case (``case/``)
+and the cohort runner (``cohort``).
 
 Importing this package is cheap and never imports ray: the pure modules (``tokens``,
 ``compiler``, ``sandbox``) are usable without a Ray session; Ray-backed modules import ray

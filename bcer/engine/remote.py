@@ -1,5 +1,7 @@
-"""The Ray remote functions of the engine (made once per driver; importing this never imports
-ray) and the one call that submits a task with its options.
+"""How nodes become Ray tasks, in one place: the remote functions of a node, a segment (a chain
+of nodes), a whole fused case and a sequence load (made once per driver; importing this never
+imports ray), and the one call that submits a task with its options. Which of them a node goes
+to is decided by ``case.submit``, ``segments`` and ``fusion``.
 
 ``submit`` validates each distinct option shape once (resources, returns, retries) and adds
 the per-task name, instead of paying ``.options()`` (a merge, a validation and a new wrapper
