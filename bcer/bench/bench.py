@@ -41,18 +41,9 @@ def resolve_tasks(tasks: str | Iterable[str]) -> list[str]:
     Raises:
         ToolError: ``value_range`` naming an unknown task.
     """
-    known = list_contracts()
-    if isinstance(tasks, str):
-        tasks = known if tasks.strip() == "all" else [t.strip() for t in tasks.split(",") if t.strip()]
-    out = list(dict.fromkeys(tasks))
-    for t in out:
-        if t not in known:
-            from ..contracts.errors import did_you_mean
+    from ..contracts.errors import parse_choices
 
-            raise ToolError(ErrorCode.value_range, f"unknown task {t!r}", did_you_mean(t, known), arg="tasks")
-    if not out:
-        raise ToolError(ErrorCode.value_range, "no task given", f"known: {known}", arg="tasks")
-    return out
+    return parse_choices(tasks, list_contracts(), "task", "tasks")
 
 
 def _cases_for(task: str, n_cases: int, out: Path, size: str, data: Path | None, seed: int,
