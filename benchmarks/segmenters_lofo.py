@@ -13,10 +13,10 @@ flag table over the delivered cases.
 cardiac: LVEF error <= 5 points; prostate: gland Dice >= 0.85; brain: WT Dice >= 0.92.
 
 The defaults were not retrained (no GPU; two shared CPU cores), and leave-one-family-out,
-which needs one training per left-out family, was not run. One thread, one case in flight;
-about 10-15 min on a shared 2-core machine for 6 cases per domain.
+which needs one training per left-out family, was not run. One thread, one case per task in flight;
+about 5-10 min on a shared 2-core machine for 10 cases per domain.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/segmenters_lofo.py --cases 6
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/segmenters_lofo.py --cases 10
 """
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ def _mean(vals: list[float | None]) -> float | None:
 
 def summary(task: str, cases: list[dict[str, Any]]) -> dict[str, Any]:
     delivered = [c for c in cases if c["sr_delivered"]]
-    q = lambda k, cs=delivered: _mean([c["quality"].get(k) for c in cs])  # noqa: E731
+    q = lambda k, cs=delivered: _mean([c["quality"].get(k) for c in cs])
     s: dict[str, Any] = {"cases": len(cases), "sr": round(float(np.mean([c["sr"] for c in cases])), 4),
                          "sr_delivered": round(float(np.mean([c["sr_delivered"] for c in cases])), 4)}
     if task == "cardiac_report":
@@ -174,6 +174,24 @@ def summary(task: str, cases: list[dict[str, Any]]) -> dict[str, Any]:
     return s
 
 
+HEADLINE = {"cardiac_report": ("sr", "sr_delivered", "dice_lv", "dice_myo", "dice_rv", "lvef_error_pts",
+                               "rvef_error_pts", "group_accuracy"),
+            "prostate_report": ("sr", "sr_delivered", "gland_dice", "gland_volume_error_pct", "lesions_found"),
+            "brain_report": ("sr", "sr_delivered", "dice_wt", "dice_wt_multifocal", "dice_et", "side_right")}
+
+
+def headline(domains: dict[str, Any]) -> dict[str, Any]:
+    """The few numbers per domain that docs/results.md shows (``table``), with the flag table
+    in one line: how many of the wrong and of the right delivered answers were flagged."""
+    out = {}
+    for task, d in domains.items():
+        f = d["low_confidence"]
+        wrong, right = f["flagged_wrong"] + f["unflagged_wrong"], f["flagged_right"] + f["unflagged_right"]
+        out[task] = {**{k: d["summary"].get(k) for k in HEADLINE[task]},
+                     "low_confidence": f"flags {f['flagged_wrong']}/{wrong} wrong, {f['flagged_right']}/{right} right"}
+    return out
+
+
 def case_record(task: str, row: dict[str, Any], case: Any, run_dir: Path, flags: dict[str, Any]) -> dict[str, Any]:
     truth = (case.ground_truth or {}).get("values", {})
     case_dir = run_dir / row["case"]
@@ -190,7 +208,7 @@ def case_record(task: str, row: dict[str, Any], case: Any, run_dir: Path, flags:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cases", type=int, default=6, help="cases per domain")
+    ap.add_argument("--cases", type=int, default=10, help="cases per domain")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", type=Path, default=Path("/tmp/bcer_independent"))
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -222,9 +240,9 @@ def main() -> None:
         "right_defined_before_running": RIGHT,
         "command": f"OMP_NUM_THREADS=1 python benchmarks/segmenters_lofo.py --cases {args.cases}"
                    + (f" --seed {args.seed}" if args.seed else ""),
-        "hardware": f"{platform.machine()}, 1 torch thread, one case in flight, shared 2-core machine, no GPU",
+        "machine": f"{platform.machine()}, 1 torch thread, one case per task in flight (three at once), shared 2-core machine, no GPU",
         "synth_s": round(synth_s, 1), "wall_s": None, "date": time.strftime("%Y-%m-%d"),
-        "domains": {},
+        "table": {}, "domains": {},
     }
     for task in TASKS:
         by_id = {c.id: c for c in written[task]}
@@ -233,6 +251,7 @@ def main() -> None:
         cases = [case_record(task, r, by_id[r["case"]], run_dir, flags[task]) for r in rows]
         doc["domains"][task] = {"summary": summary(task, cases), "low_confidence": flag_table(task, cases),
                                 "cases": cases}
+    doc["table"] = headline(doc["domains"])
     doc["wall_s"] = round(time.time() - t0, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1, default=lambda o: o.item() if hasattr(o, "item") else str(o)) + "\n")

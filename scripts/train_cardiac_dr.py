@@ -23,7 +23,7 @@ Determinism: all draws come from seeded generators, torch runs deterministic alg
 ``--threads`` threads. Usage::
 
     OMP_NUM_THREADS=1 python scripts/train_cardiac_dr.py --n-train 40 --max-train-s 480 --out /tmp/cardiac_dr
-        [--eval-cases 8] [--result benchmarks/results/segmenters_lofo.json]
+        [--eval-cases 8] [--result /tmp/cardiac_dr.json]
 
 The weights are written to ``--out`` only; the shipped default bundle is replaced by hand, and
 only by a model measured better on a family it never saw.

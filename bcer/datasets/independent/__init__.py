@@ -10,8 +10,8 @@ folder per task, with the truth sidecar the bench scores against.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from ..layouts import get_layout
 from ..phantom import Phantom

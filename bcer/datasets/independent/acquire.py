@@ -9,8 +9,8 @@ mixes the tissues it spans, and the label map is the label at each voxel centre.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

@@ -22,7 +22,8 @@ from scipy.special import lpmv
 
 from ...contracts.artifacts import Image, Mask
 from ..phantom import Phantom
-from .acquire import Grid, acquire, centred_grid, max_diameter_mm, oriented, rotation, sample_labels, voxel_box
+from .acquire import (Grid, acquire, centred_grid, max_diameter_mm, oriented, rotation, sample_labels,
+                      voxel_box)
 
 PZ, TZ, LESION0 = 1, 2, 10  # anatomy labels; lesion k is LESION0 + k
 FAT, BODY, MUSCLE, WALL, AIR, URINE, BONE = 3, 4, 5, 6, 7, 8, 9

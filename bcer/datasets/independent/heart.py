@@ -87,7 +87,7 @@ class Heart:
     rr: float  # RV short-axis ratio ES/ED
     sector: tuple[float, float] | None  # akinetic sector (start, width) in radians
 
-    def anatomy(self, s: float, world: "Surroundings"):
+    def anatomy(self, s: float, world: Surroundings):
         """The label function at contraction state ``s`` (0 ED, 1 ES)."""
         a_s, c_s = self.a * (1 - s * (1 - self.ra)), self.c * (1 - s * (1 - self.rc))
         ao, co = self.a + self.wall, self.c + self.wall * 1.1
@@ -129,7 +129,7 @@ class Surroundings:
     liver: tuple[np.ndarray, np.ndarray]
 
     def labels(self, pts: np.ndarray) -> np.ndarray:
-        x, y, z = pts[:, 0], pts[:, 1], pts[:, 2]
+        x, y = pts[:, 0], pts[:, 1]
         out = np.zeros(len(pts), np.int16)
         ex, ey = self.body
         rho = (x / ex) ** 2 + (y / ey) ** 2

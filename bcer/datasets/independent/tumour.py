@@ -22,7 +22,7 @@ from scipy import ndimage
 
 from ...contracts.artifacts import Image, Mask
 from ..phantom import Phantom
-from .acquire import Grid, acquire, centred_grid, oriented, rotation, sample_labels
+from .acquire import Grid, acquire, centred_grid, oriented, sample_labels
 
 NCR, OED, ET = 1, 2, 4  # BraTS 2021 labels
 SCALP, SKULL, CSF, GM, WM, VENT = 5, 6, 7, 8, 9, 10
@@ -125,7 +125,7 @@ def _truth(head: Head, grid: Grid, lab: np.ndarray) -> dict[str, Any]:
     x = head.local(grid.points()[wt.ravel()])[:, 0]
     right = float((x > 0).mean()) if len(x) else 0.0
     side = "right" if right >= 0.9 else "left" if right <= 0.1 else "bilateral"
-    comp, n = ndimage.label(wt, structure=np.ones((3, 3, 3)))
+    comp, _ = ndimage.label(wt, structure=np.ones((3, 3, 3)))
     sizes = np.bincount(comp.ravel())[1:] * grid.voxel_ml
     vols = {str(k): float((lab == k).sum() * grid.voxel_ml) for k in (NCR, OED, ET)}
     return {"grade": head.grade, "side": side, "right_share": right, "n_foci": int((sizes >= 0.5).sum()),
