@@ -36,8 +36,9 @@ from scipy import ndimage
 from ..contracts.artifacts import Image, Mask
 from ..contracts.errors import ErrorCode, ToolError
 from ..contracts.geometry import vox2world, world2vox
+from ..tools.resample import sample_on_grid
 from .degrade import bias_field, move_image, rician_noise, rigid_matrix, rigid_params
-from .geometry import make_affine, random_direction, sample_on_grid, world_coords
+from .geometry import make_affine, random_direction, world_coords
 from .phantom import Phantom, Size
 
 log = logging.getLogger(__name__)

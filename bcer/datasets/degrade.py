@@ -23,7 +23,7 @@ from scipy.spatial.transform import Rotation
 
 from ..contracts.artifacts import Image, Mask
 from ..contracts.errors import ErrorCode, ToolError
-from .geometry import sample_on_grid
+from ..tools.resample import sample_on_grid
 
 log = logging.getLogger(__name__)
 

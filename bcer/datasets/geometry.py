@@ -14,13 +14,11 @@ import logging
 from typing import Sequence
 
 import numpy as np
-from scipy import ndimage
 from scipy.spatial.transform import Rotation
 
 log = logging.getLogger(__name__)
 
-__all__ = ["world_coords", "random_direction", "make_affine", "sample_on_grid", "grid_center",
-           "voxel_to_voxel"]
+__all__ = ["world_coords", "random_direction", "make_affine", "grid_center"]
 
 
 def world_coords(affine: np.ndarray, shape: Sequence[int]) -> np.ndarray:
@@ -90,45 +88,3 @@ def grid_center(affine: np.ndarray, shape: Sequence[int]) -> np.ndarray:
     a = np.asarray(affine, dtype=np.float64)
     mid = (np.asarray(shape[:3], dtype=np.float64) - 1.0) / 2.0
     return a[:3, :3] @ mid + a[:3, 3]
-
-
-def voxel_to_voxel(src_affine: np.ndarray, dst_affine: np.ndarray) -> np.ndarray:
-    """4x4 matrix mapping destination voxel indices to source voxel indices."""
-    return np.linalg.inv(np.asarray(src_affine, dtype=np.float64)) @ np.asarray(dst_affine, np.float64)
-
-
-def sample_on_grid(src: np.ndarray, src_affine: np.ndarray, dst_affine: np.ndarray,
-                   dst_shape: Sequence[int], order: int = 1, cval: float = 0.0) -> np.ndarray:
-    """Resample ``src`` (on ``src_affine``) at the voxel centres of a destination grid.
-
-    Both grids live in the same world space; a destination voxel takes the value of ``src``
-    at the same world point (interpolated with spline ``order``; 0 for label maps). Points
-    outside ``src`` get ``cval``. Trailing axes beyond the third (time) are resampled
-    independently.
-
-    Args:
-        src: (X, Y, Z) or (X, Y, Z, ...) array.
-        src_affine, dst_affine: 4x4 voxel-to-world matrices.
-        dst_shape: (X, Y, Z) of the destination grid.
-        order: spline order (0 nearest, 1 linear, 3 cubic).
-        cval: fill value outside ``src``.
-
-    Returns:
-        Array of shape ``dst_shape[:3] + src.shape[3:]``; dtype of ``src`` for ``order=0``,
-        float32 otherwise.
-    """
-    src = np.asarray(src)
-    m = voxel_to_voxel(src_affine, dst_affine)
-    out_shape = tuple(int(n) for n in dst_shape[:3])
-    if src.ndim > 3:
-        flat = src.reshape(src.shape[:3] + (-1,))
-        parts = [sample_on_grid(flat[..., t], src_affine, dst_affine, out_shape, order, cval)
-                 for t in range(flat.shape[-1])]
-        return np.stack(parts, axis=-1).reshape(out_shape + src.shape[3:])
-    work = src if order == 0 else src.astype(np.float32, copy=False)
-    # affine_transform does what map_coordinates does for an affine index map, without
-    # materialising the (3, X, Y, Z) coordinate array.
-    out = ndimage.affine_transform(work, m[:3, :3], offset=m[:3, 3], output_shape=out_shape,
-                                   order=order, mode="constant", cval=cval,
-                                   prefilter=order > 1)
-    return out if order == 0 else out.astype(np.float32, copy=False)

@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..contracts.artifacts import Image, Mask
 from ..contracts.errors import ErrorCode, ToolError
-from ._checks import require_nonempty, require_same_grid, require_volume
 from ..io.sitk_bridge import from_sitk, to_sitk
+from ._checks import require_nonempty, require_same_grid, require_volume
 from .registry import tool
 
 log = logging.getLogger(__name__)

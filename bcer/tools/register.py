@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..contracts.artifacts import Image, Mask, Transform
 from ..contracts.errors import ErrorCode, ToolError
 from ..contracts.geometry import same_grid
-from ._checks import require_ndim, require_nonempty, require_same_grid, require_volume
 from ..io.sitk_bridge import itk_threads, ras_to_transform, to_sitk, transform_to_ras
+from ._checks import require_ndim, require_nonempty, require_same_grid, require_volume
 from .resample import resample_onto
 from .registry import tool
 

@@ -1,4 +1,9 @@
-"""Resampling onto a new voxel size or onto another image's grid (SimpleITK).
+"""Resampling onto a new voxel size or onto another image's grid: the one resampling module.
+
+Two kernels, each for what it does best, used by tools, datasets, engine and bench alike:
+``resample_onto`` (SimpleITK; a registration transform, B-spline, nearest-voxel extrapolation)
+and ``sample_on_grid`` (scipy; affines only, any spline order, a fill value, time axes kept,
+the array's dtype kept), with ``resample_to`` for artifacts on artifacts.
 
 ``resample.to_spacing`` is the super-resolution step: it keeps the orientation and the
 physical extent covered by the voxels (the box between the outer voxel faces) and makes the
@@ -10,16 +15,17 @@ thin voxels it covers) instead of interpolating slab values as if they were poin
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, Sequence
 
 import numpy as np
 import SimpleITK as sitk
 from pydantic import BaseModel, ConfigDict, Field
+from scipy import ndimage
 
 from ..contracts.artifacts import Image
 from ..contracts.errors import ErrorCode, ToolError
-from ._checks import require_ndim, require_volume
 from ..io.sitk_bridge import INTERPOLATORS, from_sitk, reference_grid, to_sitk
+from ._checks import require_ndim, require_volume
 from .registry import tool
 
 log = logging.getLogger(__name__)
@@ -100,6 +106,52 @@ def resample_onto(data: np.ndarray, affine: np.ndarray, grid_affine: np.ndarray,
         f.SetUseNearestNeighborExtrapolator(True)
     out, _ = from_sitk(f.Execute(src))
     return out
+
+
+def sample_on_grid(src: np.ndarray, src_affine: np.ndarray, dst_affine: np.ndarray,
+                   dst_shape: Sequence[int], order: int = 1, cval: float = 0.0,
+                   dtype: Any = np.float32) -> np.ndarray:
+    """Resample ``src`` (on ``src_affine``) at the voxel centres of a destination grid.
+
+    Both grids live in the same world space; a destination voxel takes the value of ``src``
+    at the same world point (interpolated with spline ``order``; 0 for label maps). Points
+    outside ``src`` get ``cval``. Trailing axes beyond the third (time) are resampled
+    independently.
+
+    Args:
+        src: (X, Y, Z) or (X, Y, Z, ...) array.
+        src_affine, dst_affine: 4x4 voxel-to-world matrices.
+        dst_shape: (X, Y, Z) of the destination grid.
+        order: spline order (0 nearest, 1 linear, 3 cubic).
+        cval: fill value outside ``src``.
+        dtype: the working and output dtype for ``order > 0``.
+
+    Returns:
+        Array of shape ``dst_shape[:3] + src.shape[3:]``; dtype of ``src`` for ``order=0``,
+        ``dtype`` otherwise.
+    """
+    src = np.asarray(src)
+    m = np.linalg.inv(np.asarray(src_affine, dtype=np.float64)) @ np.asarray(dst_affine, np.float64)
+    out_shape = tuple(int(n) for n in dst_shape[:3])
+    if src.ndim > 3:
+        flat = src.reshape(src.shape[:3] + (-1,))
+        parts = [sample_on_grid(flat[..., t], src_affine, dst_affine, out_shape, order, cval, dtype)
+                 for t in range(flat.shape[-1])]
+        return np.stack(parts, axis=-1).reshape(out_shape + src.shape[3:])
+    work = src if order == 0 else src.astype(dtype, copy=False)
+    # affine_transform does what map_coordinates does for an affine index map, without
+    # materialising the (3, X, Y, Z) coordinate array.
+    out = ndimage.affine_transform(work, m[:3, :3], offset=m[:3, 3], output_shape=out_shape,
+                                   order=order, mode="constant", cval=cval,
+                                   prefilter=order > 1)
+    return out if order == 0 else out.astype(dtype, copy=False)
+
+
+def resample_to(moving: Any, target: Any, order: int = 1) -> np.ndarray:
+    """``moving``'s data sampled at ``target``'s voxel centres through world coordinates
+    (affines only, no registration); outside the moving field of view is 0. float64."""
+    return sample_on_grid(np.asarray(moving.data, np.float64), moving.affine, target.affine,
+                          np.shape(target.data)[:3], order=order, dtype=np.float64)
 
 
 def slab_matrix(n_lo: int, positions: np.ndarray, width: float) -> np.ndarray:

@@ -9,8 +9,8 @@ from bcer.contracts.errors import ErrorCode, ToolError
 from bcer.contracts.geometry import vox2world, world2vox
 from bcer.datasets.degrade import (bias_field, downsample_through_plane, move_image, rician_noise,
                                    rigid_matrix, rigid_params)
-from bcer.datasets.geometry import (grid_center, make_affine, random_direction, sample_on_grid,
-                                    world_coords)
+from bcer.datasets.geometry import grid_center, make_affine, random_direction, world_coords
+from bcer.tools.resample import sample_on_grid
 
 GRAD = np.array([0.7, -1.3, 2.1])
 

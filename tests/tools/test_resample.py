@@ -11,6 +11,7 @@ from bcer.datasets.degrade import downsample_through_plane
 from bcer.datasets.degraded import make_superres_case, psnr
 from bcer.datasets.geometry import make_affine, random_direction, world_coords
 from bcer.tools.registry import call_tool
+from bcer.tools.resample import resample_to
 
 
 def _psnr(x: np.ndarray, truth: np.ndarray) -> float:
@@ -176,3 +177,14 @@ def test_slab_matrices_non_integer_factor_and_in_plane_change(head: Image) -> No
     assert out.shape == ref_shape
     np.testing.assert_allclose(out.affine, ref_affine, atol=1e-9)
     assert float(out.data.mean()) == pytest.approx(float(thick.data.mean()), rel=0.03)
+
+
+def test_resample_to_follows_world_coordinates() -> None:
+    data = np.arange(6 * 5 * 4, dtype=np.float32).reshape(6, 5, 4)
+    src = Image(data, np.diag([2.0, 2.0, 3.0, 1.0]))
+    np.testing.assert_allclose(resample_to(src, src), data)
+    # target voxel (i, j, k) sits at world (2i + 2, 2j, 3k): source voxel (i + 1, j, k)
+    shifted = np.diag([2.0, 2.0, 3.0, 1.0])
+    shifted[0, 3] = 2.0
+    out = resample_to(src, Image(np.zeros((5, 5, 4), np.float32), shifted))
+    np.testing.assert_allclose(out, data[1:])

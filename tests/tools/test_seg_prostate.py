@@ -59,19 +59,6 @@ def test_error_paths() -> None:
     assert e.value.code == ErrorCode.input_missing
 
 
-def test_resample_to_follows_world_coordinates() -> None:
-    from bcer.tools.seg._common import resample_to
-
-    data = np.arange(6 * 5 * 4, dtype=np.float32).reshape(6, 5, 4)
-    src = Image(data, np.diag([2.0, 2.0, 3.0, 1.0]))
-    np.testing.assert_allclose(resample_to(src, src), data)
-    # target voxel (i, j, k) sits at world (2i + 2, 2j, 3k): source voxel (i + 1, j, k)
-    shifted = np.diag([2.0, 2.0, 3.0, 1.0])
-    shifted[0, 3] = 2.0
-    out = resample_to(src, Image(np.zeros((5, 5, 4), np.float32), shifted))
-    np.testing.assert_allclose(out, data[1:])
-
-
 @pytest.mark.parametrize("seed,n_lesions", [(26369, 2), (32827, 1), (4958, 1), (56979, 2)])
 def test_lesion_zone_follows_the_truth_zone(seed: int, n_lesions: int) -> None:
     """Bench cases where T2-dark lesions moved the PZ/TZ border (a PZ lesion swallowed by the TZ

@@ -222,7 +222,7 @@ def read(root: Path, seq: Mapping[str, str] | None = None) -> list[Case]:
 def _on_grid(art: Any, ref: Image, order: int) -> np.ndarray:
     if art.shape == ref.shape and np.allclose(art.affine, ref.affine, atol=1e-4):
         return np.asarray(art.data)
-    from ...tools.seg._common import resample_to  # world-coordinate resampling, affines only
+    from ...tools.resample import resample_to  # world-coordinate resampling, affines only
 
     return resample_to(art, ref, order=order)
 

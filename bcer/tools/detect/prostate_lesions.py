@@ -74,8 +74,8 @@ from skimage.morphology import convex_hull_image
 from ...contracts.artifacts import Finding, Findings, Image, Mask, Transform
 from ...contracts.errors import ErrorCode, ToolError
 from ...contracts.geometry import same_grid, vox2world
-from .._checks import require_ndim, require_nonempty, require_same_grid, require_volume
 from ...io.sitk_bridge import ras_to_transform
+from .._checks import require_ndim, require_nonempty, require_same_grid, require_volume
 from ..quant import max_diameter_mm
 from ..registry import tool
 from ..resample import resample_onto

@@ -1,8 +1,6 @@
 """Shared pieces of the ``seg.*`` tools: bundle params, mask building, small morphology."""
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy import ndimage as ndi
@@ -46,14 +44,3 @@ def ball(radius_mm: float, spacing: tuple[float, ...]) -> np.ndarray:
     grids = np.ogrid[tuple(slice(-k, k + 1) for k in r)]
     d = sum((g * s / max(radius_mm, 1e-6)) ** 2 for g, s in zip(grids, spacing))
     return d <= 1.0
-
-
-def resample_to(moving: Any, target: Any, order: int = 1) -> np.ndarray:
-    """``moving``'s data sampled at ``target``'s voxel centres through world coordinates
-    (affines only, no registration); outside the moving field of view is 0."""
-    vox = np.linalg.inv(np.asarray(moving.affine, np.float64)) @ np.asarray(target.affine, np.float64)
-    shape = np.shape(target.data)[:3]
-    grid = np.indices(shape, dtype=np.float64).reshape(3, -1)
-    coords = vox[:3, :3] @ grid + vox[:3, 3:4]
-    out = ndi.map_coordinates(np.asarray(moving.data, np.float64), coords, order=order, mode="constant", cval=0.0)
-    return out.reshape(shape)

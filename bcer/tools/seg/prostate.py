@@ -53,7 +53,8 @@ from .._checks import require_volume
 from ..methods import classical_card, seg_card
 from .confidence import attach, confidence
 from ..registry import tool
-from ._common import BundleParams, ball, fill_holes_2d, resample_to
+from ..resample import resample_to
+from ._common import BundleParams, ball, fill_holes_2d
 
 log = logging.getLogger(__name__)
 

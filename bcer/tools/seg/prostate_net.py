@@ -23,6 +23,7 @@ from scipy import ndimage as ndi
 
 from ...contracts.artifacts import Image
 from ...contracts.errors import ErrorCode, ToolError
+from ..resample import sample_on_grid
 from ._common import fill_holes_2d, largest_component
 
 log = logging.getLogger(__name__)
@@ -57,14 +58,6 @@ def canonical_grid(affine: np.ndarray, shape: tuple[int, ...],
     return out, (int(n[0]), int(n[1]), int(n[2]))
 
 
-def _sample(data: np.ndarray, src_affine: np.ndarray, dst_affine: np.ndarray, dst_shape: tuple[int, ...],
-            order: int = 1) -> np.ndarray:
-    """``data`` at the destination voxel centres (world coordinates); 0 outside the source."""
-    m = np.linalg.inv(np.asarray(src_affine, np.float64)) @ np.asarray(dst_affine, np.float64)
-    return ndi.affine_transform(np.asarray(data, np.float32), m[:3, :3], offset=m[:3, 3], output_shape=tuple(dst_shape),
-                                order=order, mode="constant", cval=0.0, prefilter=False)
-
-
 def to_canonical(data: np.ndarray, affine: np.ndarray, grid: tuple[np.ndarray, tuple[int, ...]],
                  smooth: bool = True) -> np.ndarray:
     """A volume on the canonical grid; finer source axes are Gaussian low-passed first."""
@@ -75,13 +68,13 @@ def to_canonical(data: np.ndarray, affine: np.ndarray, grid: tuple[np.ndarray, t
         sigma = [0.45 * max(0.0, target / s - 1.0) for s in src_sp]
         if any(s > 0.1 for s in sigma):
             src = ndi.gaussian_filter(src, sigma)
-    return _sample(src, affine, grid[0], grid[1], order=1)
+    return sample_on_grid(src, affine, grid[0], grid[1], order=1)
 
 
 def from_canonical(channels: np.ndarray, grid: tuple[np.ndarray, tuple[int, ...]], affine: np.ndarray,
                    shape: tuple[int, ...]) -> np.ndarray:
     """(C, canonical) maps resampled linearly onto a volume's grid: (C, X, Y, Z)."""
-    return np.stack([_sample(c, grid[0], affine, shape[:3], order=1) for c in channels])
+    return np.stack([sample_on_grid(c, grid[0], affine, shape[:3], order=1) for c in channels])
 
 
 def zscore(x: np.ndarray) -> np.ndarray:
