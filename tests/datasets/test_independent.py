@@ -28,6 +28,9 @@ def _voxel_ml(img: nib.Nifti1Image) -> float:
 def test_imports_no_training_generator() -> None:
     for f in PKG.glob("*.py"):
         for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Import):
+                bad = [a.name for a in node.names if set(a.name.split(".")) & TRAINING]
+                assert not bad, f"{f.name} imports {bad}"
             if isinstance(node, ast.ImportFrom):
                 mod = (node.module or "").split(".")
                 names = {a.name for a in node.names}
