@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bcer.contracts.case import SequenceRef  # noqa: E402
 from bcer.contracts.errors import ToolError  # noqa: E402
-from bcer.datasets.synth import DEFAULT_LAYOUT, get_generator, inspect_dataset, synth_cohort  # noqa: E402
+from bcer.datasets.generators import get_generator  # noqa: E402
+from bcer.datasets.synth import DEFAULT_LAYOUT, inspect_dataset, synth_cohort  # noqa: E402
 from bcer.io import load_sequence  # noqa: E402
 
 log = logging.getLogger("benchmarks.datasets")

@@ -124,7 +124,7 @@ def family_options(task: str, family: str) -> dict[str, Any]:
     """
     import importlib
 
-    from ..datasets.synth import family_kwargs
+    from ..datasets.generators import family_kwargs
 
     if task not in TASK_DATA:
         raise ToolError(ErrorCode.value_range, f"no bench data for task {task!r}", arg="task",

@@ -4,7 +4,7 @@
 - SuperRes: every image sequence becomes a thick-slice (through-plane averaged) volume;
   the reference is the original on the grid the low-res slabs were averaged from.
 
-Any domain with a generator in ``bcer.datasets.synth.GENERATORS`` works.
+Any domain with a generator in ``bcer.datasets.generators.GENERATORS`` works.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from ..contracts.artifacts import Cine, Image
 from ..contracts.errors import ErrorCode, ToolError
 from ..metrics import nrmse, psnr  # re-exported: the phantom tests use them beside the cases
 from .degrade import downsample_through_plane, rician_noise
+from .generators import get_generator
 from .phantom import Phantom, Size
 
 log = logging.getLogger(__name__)
@@ -33,8 +34,6 @@ def signal_level(data: np.ndarray) -> float:
 
 
 def _clean_phantom(domain: str, case_id: str, seed: int, size: Size, **kw: Any) -> Phantom:
-    from .synth import get_generator  # synth imports layouts; keep that out of module import
-
     gen = get_generator(domain)
     params = inspect.signature(gen).parameters
     if "noise" in params:

@@ -45,6 +45,7 @@ import numpy as np
 from ..contracts.artifacts import Cine, Image, KSpace
 from ..contracts.errors import ErrorCode, ToolError
 from ..contracts.geometry import same_grid
+from .generators import GENERATORS, get_generator
 from .phantom import Phantom, Size
 
 log = logging.getLogger(__name__)
@@ -200,23 +201,22 @@ def make_kspace(image: Image | Cine, n_coils: int = 8, R: int = 4, n_acs: int = 
     return KSpace(k, mask, np.asarray(image.affine, dtype=np.float64).copy(), meta), maps
 
 
-# domain -> (generator, source sequence, fastMRI acquisition code, ISMRMRD protocol name)
-KSPACE_SOURCES: dict[str, tuple[str, str, str, str]] = {
-    "cardiac": ("bcer.datasets.cardiac:make_cardiac", "CINE", "CINE_BSSFP", "cardiac cine bSSFP short axis"),
-    "prostate": ("bcer.datasets.prostate:make_prostate", "T2w", "AXT2", "prostate AX T2 FSE"),
-    "brain": ("bcer.datasets.brain:make_brain", "T2", "AXT2", "brain AX T2 FSE"),
-}
+# domain -> (generator, source sequence, fastMRI acquisition code, ISMRMRD protocol name);
+# the generator is the domain's entry of the one table, generators.GENERATORS
+KSPACE_SOURCES: dict[str, tuple[str, str, str, str]] = {d: (GENERATORS[d], *rest) for d, rest in {
+    "cardiac": ("CINE", "CINE_BSSFP", "cardiac cine bSSFP short axis"),
+    "prostate": ("T2w", "AXT2", "prostate AX T2 FSE"),
+    "brain": ("T2", "AXT2", "brain AX T2 FSE"),
+}.items()}
 
 
 def _source_phantom(case_id: str, seed: int, size: Size, domain: str, **kw: Any) -> tuple[Phantom, Any]:
-    import importlib
-
     if domain not in KSPACE_SOURCES:
         raise ToolError(ErrorCode.value_range, f"no k-space source for domain {domain!r}",
                         hint=f"valid: {sorted(KSPACE_SOURCES)}", arg="domain")
-    target, seq = KSPACE_SOURCES[domain][:2]
-    module, func = target.split(":")
-    gen = getattr(importlib.import_module(module), func)  # lazily: a domain's module may be absent
+    seq = KSPACE_SOURCES[domain][1]
+    gen = get_generator(domain)  # lazily: a domain's module may be absent
+    func = gen.__name__
     params = inspect.signature(gen).parameters
     if "noise" in kw and "noise" not in params:
         kw.pop("noise")

@@ -1,41 +1,28 @@
 """Synthesise phantom cohorts in a dataset layout, and inspect any dataset from its headers.
 
-These back ``bcer data synth`` and ``bcer data inspect``. Generators are resolved lazily by
-module path, so a missing or broken generator of one domain never breaks another.
+These back ``bcer data synth`` and ``bcer data inspect``; the generators come from the one table
+in ``generators``.
 """
 from __future__ import annotations
 
-import importlib
-import inspect
 import itertools
 import logging
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
 from ..contracts.case import Case, SequenceRef
 from ..contracts.errors import ErrorCode, ToolError, did_you_mean
 from ..io import sequence_header
+from .generators import GENERATORS, family_kwargs, get_generator
 from .layouts import detect_layout, get_layout, read_layout
 from .phantom import Phantom, Size
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GENERATORS", "DEFAULT_LAYOUT", "FAMILIES", "get_generator", "family_kwargs", "cohort_plan",
-           "iter_cohort", "synth_cohort", "inspect_dataset"]
+__all__ = ["DEFAULT_LAYOUT", "cohort_plan", "iter_cohort", "synth_cohort", "inspect_dataset"]
 
-# Phantom families every generator may offer (``family=`` keyword): "base" = the original
-# phantoms, "randomised" = domain-randomised (tuning/training), "heldout" = other ranges and
-# anatomy variants, never tuned on. A generator without the keyword offers "base" only.
-FAMILIES = ("base", "randomised", "heldout")
-
-# domain -> "module:function"; every generator is ``(case_id, seed, size, **kw) -> Phantom``.
-GENERATORS: dict[str, str] = {
-    "brain": "bcer.datasets.brain:make_brain",
-    "cardiac": "bcer.datasets.cardiac:make_cardiac",
-    "prostate": "bcer.datasets.prostate:make_prostate",
-}
 DEFAULT_LAYOUT: dict[str, str] = {"brain": "brats", "cardiac": "acdc", "prostate": "bids"}
 # raw-data layouts hold multi-coil k-space: their phantoms come from make_kspace_case
 # (fastMRI files have no time axis, so cine k-space is cut to the ED frame there)
@@ -47,44 +34,6 @@ _BALANCE: dict[str, tuple[tuple[str, ...], list[tuple[Any, ...]]]] = {
     "cardiac": (("group",), [(g,) for g in ("NOR", "DCM", "HCM", "MINF", "RV")]),
     "prostate": (("n_lesions",), [(0,), (1,), (2,)]),
 }
-
-
-def get_generator(domain: str) -> Callable[..., Phantom]:
-    """The phantom generator of ``domain``, imported on first use.
-
-    Raises:
-        ToolError: ``value_range`` for an unknown domain, ``resource`` when its module
-            cannot be imported.
-    """
-    if domain not in GENERATORS:
-        raise ToolError(ErrorCode.value_range, f"unknown phantom domain {domain!r}",
-                        hint=did_you_mean(domain, GENERATORS), arg="domain")
-    module, func = GENERATORS[domain].split(":")
-    try:
-        return getattr(importlib.import_module(module), func)
-    except (ImportError, AttributeError) as e:
-        raise ToolError(ErrorCode.resource, f"generator {GENERATORS[domain]} is not available: {e}",
-                        arg="domain") from e
-
-
-def family_kwargs(gen: Callable[..., Any], family: str, what: str = "") -> dict[str, Any]:
-    """``{"family": family}`` for a generator that offers it, ``{}`` for "base" (so generators
-    without families keep working unchanged).
-
-    Raises:
-        ToolError: ``value_range`` for an unknown family, or a non-base family that the
-            generator does not offer yet.
-    """
-    if family not in FAMILIES:
-        raise ToolError(ErrorCode.value_range, f"unknown phantom family {family!r}",
-                        hint=did_you_mean(family, FAMILIES), arg="family")
-    if family == "base":
-        return {}
-    if "family" not in inspect.signature(gen).parameters:
-        name = what or getattr(gen, "__name__", "generator")
-        raise ToolError(ErrorCode.value_range, f"{name} has no phantom family {family!r} (base only)",
-                        hint="use --family base, or a domain whose generator offers families", arg="family")
-    return {"family": family}
 
 
 def cohort_plan(domain: str, n: int, seed: int = 0, **kw: Any) -> list[dict[str, Any]]:
@@ -118,7 +67,7 @@ def iter_cohort(domain: str, n: int, seed: int = 0, size: Size = "small", kspace
 
     ``kspace`` (options of ``make_kspace_case``, e.g. ``{"R": 8}``) turns every phantom into
     multi-coil k-space with its fully sampled image as reference. ``family`` selects the
-    phantom family (see ``FAMILIES``); checked before the first case is made.
+    phantom family (see ``generators.FAMILIES``); checked before the first case is made.
     """
     gen = get_generator(domain)
     if kspace is not None:

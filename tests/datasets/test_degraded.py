@@ -77,7 +77,7 @@ def test_degraded_cases_round_trip_through_brats(noisy, thick, tmp_path):
 
 
 def test_other_domains_when_available():
-    from bcer.datasets.synth import get_generator
+    from bcer.datasets.generators import get_generator
 
     try:
         get_generator("prostate")

@@ -10,10 +10,11 @@ import pytest
 
 from bcer.contracts.errors import ErrorCode, ToolError
 from bcer.contracts.geometry import vox2world
+from bcer.datasets.generators import family_kwargs
 from bcer.datasets.layouts import dicom as dicom_layout
 from bcer.datasets.phantom import Phantom
 from bcer.datasets.prostate import FAMILIES, make_prostate, pirads_category
-from bcer.datasets.synth import family_kwargs, synth_cohort
+from bcer.datasets.synth import synth_cohort
 from bcer.io import load_sequence
 
 

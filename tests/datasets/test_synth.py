@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from bcer.contracts.errors import ErrorCode, ToolError
-from bcer.datasets.synth import (DEFAULT_LAYOUT, GENERATORS, cohort_plan, get_generator,
-                                 inspect_dataset, synth_cohort)
+from bcer.datasets.generators import GENERATORS, get_generator
+from bcer.datasets.synth import DEFAULT_LAYOUT, cohort_plan, inspect_dataset, synth_cohort
 from bcer.io import load_sequence
 
 
