@@ -159,7 +159,7 @@ class Study:
                             cache=o.cache, node_timeout_s=o.node_timeout_s,
                             reviewer=report_reviewer(contract, o.r4, o.memory, o.r4_llm),
                             gpu_concurrency=o.gpu_concurrency, model_server=self._model_server(bundles),
-                            derivatives=o.derivatives)
+                            derivatives=o.derivatives, audit=o.audit)
 
     def _model_server(self, bundles: dict[str, str]) -> Any:
         """A factory of the bundle actor pool (built once Ray is up), or None."""

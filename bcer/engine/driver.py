@@ -162,7 +162,7 @@ class Driver:
         try:
             case_dir = cfg.out / case.id
             case_dir.mkdir(parents=True, exist_ok=True)
-            trace = TraceWriter(case_dir, cfg.run_id, case.id, self.hooks, buffered=True)
+            trace = TraceWriter(case_dir, cfg.run_id, case.id, self.hooks, buffered=True, persist=cfg.audit)
             trace.emit("case_started")
             admit_case(case, cfg.contract)
             if getattr(cfg.planner, "deterministic", False):
@@ -199,7 +199,8 @@ class Driver:
         sketch, wf, revisions, reused = planned
         cfg = job.cfg
         _planner_events(cfg.planner, case.id, trace)  # llm: the LLM calls and plan verdicts of this case
-        write_plan(cfg.out / case.id, sketch)
+        if cfg.audit:  # lean: written at the end only if the case does not succeed (job.record)
+            write_plan(cfg.out / case.id, sketch)
         trace.emit("planned", message=f"{len(sketch.steps)} steps by {cfg.planner.name}",
                    data={"planner": cfg.planner.name, "revisions": revisions, "reused": reused})
         trace.emit("compiled", message=f"{len(wf.nodes)} nodes, {len(wf.deliverables)} deliverables",
@@ -207,9 +208,10 @@ class Driver:
         ctx = RunContext(run_id=cfg.run_id, output_dir=cfg.out / case.id, seed=cfg.seed,
                          read_roots=tuple(cfg.model_dirs), node_timeout_s=cfg.node_timeout_s,
                          cache_dir=job.cache_dir, reviewer=job.reviewer, gpu_concurrency=cfg.gpu_concurrency,
-                         model_server=job.model_server)
+                         model_server=job.model_server, audit=cfg.audit)
         run = CaseRun(wf, case, ctx, cfg.contract, job.repairer, self.hooks, trace, self.loop, self.cluster,
                       on_done=lambda r: self._finished(job, r, t0, revisions))
+        run.sketch = sketch  # the plan as emitted: a lean cohort writes it only for a case that fails
         self.active[run] = job
         # wide = the cases of every cohort this loop drives (bench: all tasks) fill the cluster
         fuse = cfg.fuse == "always" or (cfg.fuse == "auto" and wide_enough(self.n_run, self.cluster.get("CPU", 1)))
@@ -226,7 +228,7 @@ class Driver:
         except Exception as e:  # never leave a case unrecorded (the loop would wait for it forever)
             log.exception("cannot build the row of case %s", run.case.id)
             row = CaseRow.from_error(run.case, job.cfg, _internal(e), "failed", t0)
-        job.record(run.case, run.trace, row)
+        job.record(run.case, run.trace, row, run.sketch)
 
     def _reject(self, job: Any, case: Case, trace: TraceWriter | None, err: ToolError, status: str,
                 t0: float, tb: str | None = None) -> None:

@@ -285,7 +285,8 @@ def _write_deliverables(spec: dict[str, Any], outputs: dict[str, Any],
     for w in spec.get("writes", ()):
         art = outputs[w["field"]]
         name = w["file"] if Path(w["file"]).suffix else out.default_file(w["file"], kind_of(art))
-        files = out.write_artifact(art, box.check_write(Path(spec["output_dir"]) / name))
+        files = out.write_artifact(art, box.check_write(Path(spec["output_dir"]) / name),
+                                   companions=spec.get("companions", True))
         records = out.measurement_records(w["name"], art)
         written[w["name"]] = {"node": spec["node"], "field": w["field"], "files": [str(f) for f in files],
                               "file_digests": {f.name: file_digest(f) for f in files},

@@ -1,6 +1,7 @@
 """Deliverables and audit files of one case, each written atomically (temp file + rename).
 
-Writers by artifact kind: image/cine/mask -> NIfTI; table -> JSON + CSV; classification,
+Writers by artifact kind: image/cine/mask -> NIfTI; table -> JSON + CSV (the CSV only with the
+full audit); classification,
 findings, transform, value -> JSON; report -> Markdown + JSON; kspace -> ``.npz``.
 The file a contract names is the primary file; companions share its stem.
 """
@@ -48,8 +49,11 @@ def default_file(name: str, kind: ArtifactKind) -> str:
     return name + DEFAULT_SUFFIX.get(kind, ".json")
 
 
-def write_artifact(artifact: Any, path: str | Path) -> list[Path]:
+def write_artifact(artifact: Any, path: str | Path, companions: bool = True) -> list[Path]:
     """Write ``artifact`` at ``path`` (and its companions); returns the files, primary first.
+
+    ``companions=False`` (a lean cohort) leaves out a table's second form (its CSV beside the
+    JSON, or the reverse): the cohort's ``measurements.parquet`` holds every cell of it.
 
     Raises:
         ToolError: ``schema`` when the artifact cannot be written in that form.
@@ -63,9 +67,11 @@ def write_artifact(artifact: Any, path: str | Path) -> list[Path]:
     if kind == ArtifactKind.table:
         as_json, as_csv = stem.with_suffix(".json"), stem.with_suffix(".csv")
         first, second = (as_csv, as_json) if path.suffix == ".csv" else (as_json, as_csv)
-        write_json(artifact_to_dict(artifact), as_json)
-        write_table_csv(artifact, as_csv)
-        return [first, second]
+        if companions or first == as_json:
+            write_json(artifact_to_dict(artifact), as_json)
+        if companions or first == as_csv:
+            write_table_csv(artifact, as_csv)
+        return [first, second] if companions else [first]
     if kind == ArtifactKind.report:
         as_md, as_json = stem.with_suffix(".md"), stem.with_suffix(".json")
         atomic_write_bytes(as_md, artifact.text.encode())

@@ -1,6 +1,6 @@
 """The row of one case in a cohort, one shape whatever happened to the case: it ran to an
 outcome, it was rejected or crashed before running (an error row), or an earlier run had
-finished it (resumed from its ``result.json``).
+finished it (resumed from its ``result.json``, or from ``_DONE`` in a lean cohort).
 
 ``CaseRow`` is what ``result.json``, ``cohort.parquet``, ``CohortResult.summary`` and the bench
 read; the public API hands out ``CaseRow.to_dict()``. ``from_dict`` reads rows written by any
@@ -111,16 +111,26 @@ def low_confidence(records: list[dict[str, Any]]) -> bool | None:
 
 
 def resumed_row(case_dir: str) -> CaseRow | None:
-    """The row of a case finished by an earlier run (``_DONE`` present in ``case_dir``), else None."""
-    if not os.path.exists(os.path.join(case_dir, "_DONE")):
+    """The row of a case finished by an earlier run (``_DONE`` present in ``case_dir``), else None.
+
+    A lean cohort's ``_DONE`` holds the row itself; an audited one's row is ``result.json``."""
+    done = os.path.join(case_dir, "_DONE")
+    if not os.path.exists(done):
         return None
-    try:
-        with open(os.path.join(case_dir, ROW_FILE), "rb") as fh:
-            row = CaseRow.from_dict(json.loads(fh.read()))
-    except (OSError, ValueError, TypeError):  # _DONE without its row (killed between the two): run it again
-        return None
-    row.resumed = True
-    return row
+    for path in (done, os.path.join(case_dir, ROW_FILE)):
+        try:
+            with open(path, "rb") as fh:
+                data = json.loads(fh.read())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and "status" in data:
+            try:
+                row = CaseRow.from_dict(data)
+            except TypeError:
+                continue
+            row.resumed = True
+            return row
+    return None  # _DONE without its row (killed between the two): run it again
 
 
 __all__ = ["CaseRow", "ROW_FILE", "low_confidence", "resumed_row"]

@@ -1,5 +1,6 @@
-"""The trace: one ``events.jsonl`` per case (flushed per line, or in batches by the cohort loop),
-plus executor lifecycle hooks.
+"""The trace: one ``events.jsonl`` per case (flushed per line, or in batches by the cohort loop;
+in a lean cohort only for a case that did not succeed, the others' events going to the cohort's
+``events.parquet`` alone), plus executor lifecycle hooks.
 
 Hooks follow Hamilton's lifecycle-adapter style: plain objects with any of the methods below,
 called with keyword-only arguments plus ``**future_kwargs`` so that new fields never break
@@ -59,6 +60,10 @@ class TraceWriter:
         buffered: keep lines in memory until :meth:`flush` (the cohort loop flushes every
             half second and at case end, so 10,000 cases do not cost a write per event);
             unbuffered writers flush every line.
+        persist: write ``events.jsonl`` as the case runs. False (a lean cohort): keep the lines
+            in memory (the cohort's tables take them) and write the file only if :meth:`save`
+            is called (a case that did not succeed) or the case already has one (an earlier run's
+            trace is appended to, never orphaned).
 
     >>> import tempfile; d = tempfile.mkdtemp()
     >>> with TraceWriter(d, "run1", "c1") as tw:
@@ -68,12 +73,12 @@ class TraceWriter:
     """
 
     def __init__(self, case_dir: str | Path, run_id: str, case_id: str, hooks: Iterable[Any] = (),
-                 buffered: bool = False):
+                 buffered: bool = False, persist: bool = True):
         self.path = Path(case_dir) / EVENTS_FILE
         if not os.path.isdir(case_dir):
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.run_id, self.case_id, self.hooks = run_id, case_id, list(hooks)
-        self.buffered = buffered
+        self.buffered = buffered or not persist
         self.lines: list[str] = []  # every line of this run (the cohort's events table takes them)
         try:
             self.had_history = os.stat(self.path).st_size > 0
@@ -82,7 +87,7 @@ class TraceWriter:
         self._pending: list[str] = []
         self._lock = threading.Lock()
         self._closed = False
-        self._fh = open(self.path, "a", encoding="utf-8")
+        self._fh = open(self.path, "a", encoding="utf-8") if persist or self.had_history else None
 
     def emit(self, kind: str, **fields: Any) -> Event:
         """Build and append one Event (written at once unless buffered); returns it."""
@@ -91,7 +96,9 @@ class TraceWriter:
         with self._lock:
             if not self._closed:
                 self.lines.append(line)
-                if self.buffered:
+                if self._fh is None:  # lean: kept in ``lines`` only
+                    pass
+                elif self.buffered:
                     self._pending.append(line)
                 else:
                     self._fh.write(line + "\n")
@@ -103,10 +110,21 @@ class TraceWriter:
     def flush(self) -> None:
         """Write the buffered lines (a crash loses at most what was not flushed yet)."""
         with self._lock:
+            if self._fh is None:  # lean: the lines wait in memory for save() or the cohort's tables
+                return
             if self._pending and not self._closed:
                 self._fh.write("\n".join(self._pending) + "\n")
                 self._fh.flush()
             self._pending.clear()
+
+    def save(self) -> None:
+        """Write this run's lines to ``events.jsonl`` even in a lean cohort (a case that did not
+        succeed keeps its whole trace beside it, where a person looks first)."""
+        with self._lock:
+            if self._fh is None:
+                self._fh = open(self.path, "a", encoding="utf-8")
+                self._pending = list(self.lines)
+        self.flush()
 
     def all_lines(self) -> list[str]:
         """Every line of the file: earlier runs of this case, then this run's."""
@@ -120,7 +138,8 @@ class TraceWriter:
         self.flush()
         with self._lock:
             self._closed = True
-            self._fh.close()
+            if self._fh is not None:
+                self._fh.close()
 
     def __enter__(self) -> "TraceWriter":
         return self
@@ -141,6 +160,32 @@ def read_events(path: str | Path) -> list[Event]:
             except ValueError:
                 log.warning("skipping unreadable trace line %d of %s", i, path)
     return events
+
+
+def read_case_trace(case_dir: str | Path) -> list[Event]:
+    """A case's events: its ``events.jsonl``, or (a lean cohort's succeeded case) its rows of the
+    cohort's ``events.parquet`` beside its folder; [] when neither holds it.
+
+    Raises:
+        FileNotFoundError: neither file exists.
+    """
+    case_dir = Path(case_dir)
+    path = case_dir / EVENTS_FILE
+    if path.exists():
+        return read_events(path)
+    table_path = case_dir.parent / "events.parquet"
+    if not table_path.exists():
+        raise FileNotFoundError(f"no {EVENTS_FILE} in {case_dir} and no events.parquet beside it")
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(table_path)
+    rows = table.filter(pc.equal(table["case"], case_dir.name)).to_pylist()
+    for row in rows:
+        for col in ("patch", "data"):  # stored as JSON text
+            if row.get(col) is not None:
+                row[col] = json.loads(row[col])
+    return [Event.model_validate(r) for r in rows]
 
 
 _COLUMNS: dict[str, str] = {"time": "float64", "run": "string", "case": "string", "node": "string",
@@ -192,4 +237,4 @@ def events_table(paths: Iterable[str | Path]):
 
 
 __all__ = ["EVENTS_FILE", "ExecutorHook", "TraceWriter", "call_hooks", "event_row", "events_schema", "events_table",
-           "events_table_from_lines", "read_events"]
+           "events_table_from_lines", "read_case_trace", "read_events"]

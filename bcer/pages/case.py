@@ -19,7 +19,7 @@ import numpy as np
 from . import overlay as ov
 from . import svg
 from .html import badge, fmt, link, markdown, page, rel, table
-from .load import CohortView, read_case_events
+from .load import CohortView
 
 log = logging.getLogger(__name__)
 MAX_FIGURES = 12
@@ -396,8 +396,9 @@ def build_case_page(cv: CohortView, row: dict[str, Any], report_dir: Path, page_
     case = str(row.get("case"))
     case_dir = cv.root / case
     provenance = _json(case_dir / "provenance.json") or {}
-    workflow = _json(case_dir / "workflow.json")
-    events = read_case_events(case_dir)
+    # workflow.json with the full audit (or a case that did not succeed), else the DAG in provenance
+    workflow = _json(case_dir / "workflow.json") or provenance.get("dag")
+    events = cv.case_events(case)
     img_dir = report_dir / "img" / cv.name / case
     try:
         figures, problems = build_figures(case_dir, provenance, img_dir) if provenance else ([], [])

@@ -37,6 +37,7 @@ class CohortView:
     description: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     _events: list[dict[str, Any]] | None = None
+    _by_case: dict[str, list[dict[str, Any]]] | None = None
 
     @property
     def events(self) -> list[dict[str, Any]]:
@@ -44,6 +45,18 @@ class CohortView:
         if self._events is None:
             self._events = read_cohort_events(self.root, self.problems)
         return self._events
+
+    def case_events(self, case: str) -> list[dict[str, Any]]:
+        """One case's events: its ``events.jsonl``, else (a lean cohort's succeeded case) its
+        rows of the cohort's events."""
+        own = read_case_events(self.root / case)
+        if own:
+            return own
+        if self._by_case is None:
+            self._by_case = {}
+            for e in self.events:
+                self._by_case.setdefault(e.get("case"), []).append(e)
+        return self._by_case.get(case, [])
 
 
 @dataclass
@@ -102,11 +115,13 @@ def read_rows(root: Path, problems: list[str]) -> list[dict[str, Any]]:
         except Exception as e:  # a torn parquet (crash mid-write): fall back to per-case rows
             problems.append(f"cohort.parquet unreadable ({type(e).__name__}); rows read from result.json files")
             rows = []
-    if not rows:
-        for p in sorted(root.glob("*/result.json")):
-            row = _json(p, problems)
-            if isinstance(row, dict):
-                rows.append(row)
+    if not rows:  # each case's row: result.json (audit, or not succeeded), else a lean _DONE
+        for d in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+            for name in ("result.json", "_DONE"):
+                row = _json(d / name, problems) if (d / name).exists() else None
+                if isinstance(row, dict) and "status" in row:
+                    rows.append(row)
+                    break
     seen = {r.get("case") for r in rows}
     for d in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
         if (d / "events.jsonl").exists() and d.name not in seen:  # a case that never got its row
@@ -169,7 +184,8 @@ def load_run(out: str | Path) -> RunView:
             by_task.setdefault(row.get("task"), {})[row.get("case")] = row.get("quality") or {}
         cohorts = [_cohort(d, d.name, by_task.get(d.name)) for d in sorted((out / "runs").iterdir()) if d.is_dir()]
         return RunView(out, cohorts, bench)
-    if (out / "cohort.parquet").exists() or any(out.glob("*/result.json")) or any(out.glob("*/events.jsonl")):
+    if (out / "cohort.parquet").exists() or any(out.glob("*/result.json")) or any(out.glob("*/events.jsonl")) \
+            or any(out.glob("*/_DONE")):
         return RunView(out, [_cohort(out)])
     raise FileNotFoundError(f"{out} holds no bcer cohort (cohort.parquet, */result.json) or bench (bench.json)")
 

@@ -19,7 +19,7 @@ from bcer.contracts import (ArtifactKind, DeliverableSpec, Image, PlanSketch, Se
                             load_contract)
 from bcer.contracts.case import Case
 from bcer.engine.planning import StaticPlanner
-from bcer.engine.trace import read_events
+from bcer.engine.trace import read_case_trace
 from bcer.io import write_nifti
 
 importlib.import_module("tests.bench._hang_tools")  # registers xabl.hang_once here and in Ray workers
@@ -58,7 +58,7 @@ def test_react_arms_miss_a_swap_and_revise_a_typo(brain):
         assert swap["sr"] == 1 and swap["is_wrong"] and not swap["recovered"], swap
         tok = rows[(arm, "token_mutation")]  # the error goes back to the planner, which re-derives it
         assert tok["recovered"] and tok["revisions"] + tok["repairs"] >= 1, tok
-    evs = read_events(out / rows[("react", "semantic_swap")]["out"] / "events.jsonl")
+    evs = read_case_trace(out / rows[("react", "semantic_swap")]["out"])
     assert evs[0].kind == "fault_injected" and evs[0].data["type"] == "semantic_swap"
     # the ReAct arms record lineage too, so a swap is not mistaken for a plan's other params
     from bcer.bench.compare import lineage, plan_only_difference
@@ -74,7 +74,7 @@ def test_space_and_scope_faults_tell_the_arms_apart(brain):
     assert rows[("react_bind", "space_mismatch")]["error_code"] == "shape"
     fixed = rows[("react_bind_ref", "space_mismatch")]  # the Reflector inserts a resampling step
     assert fixed["recovered"] and fixed["repairs"] == 1, fixed
-    evs = read_events(out / fixed["out"] / "events.jsonl")
+    evs = read_case_trace(out / fixed["out"])
     rep = next(e for e in evs if e.kind == "repaired")
     assert rep.patch["action"] == "insert" and rep.patch["insert"]["tool"] == "resample.to_grid"
     scope = {arm: rows[(arm, "scope_violation")] for arm in REACT}
@@ -124,10 +124,10 @@ def test_engine_arm(ray_local, tmp_path):
                              tmp_path / "mm", seed=0)
     halt = run_engine(gone, contract, OfflinePlanner(), tmp_path / "halt", run_id="h", node_timeout_s=120)
     assert halt.status == "halted" and halt.error["code"] == "input_missing" and not halt.deliverables
-    assert not any(e.kind == "started" for e in read_events(tmp_path / "halt" / "events.jsonl"))
+    assert not any(e.kind == "started" for e in read_case_trace(tmp_path / "halt"))
 
     case, toy, plan = _toy(tmp_path / "toy")
     hung = run_engine(case, toy, StaticPlanner(plan), tmp_path / "hung", run_id="t", node_timeout_s=3.0)
     assert hung.status == "succeeded", hung.error
-    evs = read_events(tmp_path / "hung" / "events.jsonl")
+    evs = read_case_trace(tmp_path / "hung")
     assert any(e.kind == "retried" and "timed out" in (e.message or "") for e in evs)

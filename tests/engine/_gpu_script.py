@@ -25,9 +25,10 @@ sys.path.insert(0, str(ROOT))
 
 
 def _events(out: Path) -> list[dict[str, Any]]:
-    from bcer.engine.trace import read_events
+    from bcer.engine.trace import read_case_trace
 
-    return [e.model_dump() for f in sorted(out.glob("*/events.jsonl")) for e in read_events(f)]
+    cases = [d for d in sorted(out.iterdir()) if d.is_dir() and (d / "provenance.json").exists()]
+    return [e.model_dump() for d in cases for e in read_case_trace(d)]
 
 
 def _toy_cases(root: Path, n: int) -> list:

@@ -77,8 +77,9 @@ def main(out: Path) -> dict:
     assert resources.get("CPU") == 3.0, resources
     threading.Thread(target=kill_mid_run, daemon=True).start()
     # the driver joins the existing cluster by address, as `bcer cohort --address HOST:PORT` does
+    # audit: the watcher above reads each case's events.jsonl while the cohort runs
     result = run_cohort(cases, CohortConfig(out=out / "out", planner=StaticPlanner(plan), contract=contract,
-                                            max_in_flight=4, address=cluster.address))
+                                            max_in_flight=4, address=cluster.address, audit=True))
     report_nodes = len([n for n in ray.nodes() if n["Alive"]])
     events = result.events.to_pylist()
     # the same cohort on the surviving nodes, undisturbed: every deliverable must be byte-identical

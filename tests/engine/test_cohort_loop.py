@@ -13,7 +13,7 @@ from bcer.contracts import Case, Image, PlanSketch, SequenceRef
 from bcer.engine.cohort import CohortConfig, default_in_flight, run_cohort
 from bcer.engine.planning import StaticPlanner
 from bcer.engine.tables import CohortTables
-from bcer.engine.trace import read_events
+from bcer.engine.trace import read_case_trace
 from bcer.io import write_nifti
 
 
@@ -67,11 +67,12 @@ class ChattyPlanner:
 
 def test_deterministic_plan_is_reused_and_traced_per_case(ray_local, tmp_path):
     planner = CountingPlanner(PLAN)
-    result = run_cohort(make_cases(tmp_path / "in", 3), CohortConfig(out=tmp_path / "out", planner=planner))
+    result = run_cohort(make_cases(tmp_path / "in", 3), CohortConfig(out=tmp_path / "out", planner=planner,
+                                                                       audit=True))
     assert [r["status"] for r in result.rows] == ["succeeded"] * 3
     assert planner.calls == 1  # planned and compiled once for three cases of one signature
     for i, row in enumerate(result.rows):
-        evs = read_events(tmp_path / "out" / row["case"] / "events.jsonl")
+        evs = read_case_trace(tmp_path / "out" / row["case"])
         kinds = [e.kind for e in evs]
         assert kinds[:3] == ["case_started", "planned", "compiled"] and kinds[-1] == "case_finished"
         assert next(e for e in evs if e.kind == "planned").data["reused"] is (i > 0)
@@ -101,7 +102,7 @@ def test_llm_like_planner_per_case_and_any_exception_is_a_row(ray_local, tmp_pat
     assert "KeyError" in rows["q1"]["error_message"]
     assert (rows["q2"]["status"], rows["q2"]["error_code"]) == ("failed", "internal")
     for cid, needle in (("q1", "KeyError"), ("q2", "ZeroDivisionError")):
-        evs = read_events(tmp_path / "out" / cid / "events.jsonl")
+        evs = read_case_trace(tmp_path / "out" / cid)
         assert evs[-1].kind == "case_finished" and needle in evs[-1].data["traceback"]
         assert not (tmp_path / "out" / cid / "_DONE").exists()
     calls = [e for e in result.events.to_pylist() if e["kind"] == "llm_call"]

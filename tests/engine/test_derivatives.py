@@ -57,7 +57,10 @@ def test_bids_tree_passes_the_official_validator_and_pybids_reads_it(prostate_ru
         assert ("NOT_INCLUDED", f"/{case.id}") in {(c, (loc or "").rstrip("/")) for c, loc in validator_errors(out)}
     finally:
         (out / ".bidsignore").write_text(ignore)
-    assert (out / case.id / "provenance.json").exists() and (out / case.id / "events.jsonl").exists()
+    # the lean case folder: deliverables, provenance and _DONE holding the row; the trace is in events.parquet
+    assert (out / case.id / "provenance.json").exists() and not (out / case.id / "events.jsonl").exists()
+    assert json.loads((out / case.id / "_DONE").read_text())["status"] == "succeeded"
+    assert (out / "events.parquet").exists()
 
 
 def test_predictions_are_flat_and_equal_the_case_mask(prostate_run):

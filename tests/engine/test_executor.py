@@ -18,7 +18,7 @@ import pytest
 from bcer.contracts import (Case, DeliverableSpec, Image, PlanSketch, SequenceRef, TaskContract, Validator)
 from bcer.engine.compiler import compile_plan
 from bcer.engine.executor import RunContext, run_case_workflow
-from bcer.engine.trace import events_table, read_events
+from bcer.engine.trace import events_table, read_case_trace
 from bcer.io import write_nifti
 
 
@@ -58,7 +58,7 @@ def run(tmp: Path, case: Case, plan: PlanSketch, reflector=None, contract=None, 
 
 
 def events(outcome_dir: Path):
-    return read_events(outcome_dir / "events.jsonl")
+    return read_case_trace(outcome_dir)
 
 
 def intervals(evs, node=None):
@@ -319,7 +319,7 @@ def test_deliverables_provenance_trace_and_done(ray_local, tmp_path, reflector):
     assert [c["node"] for c in prov["grade"]["chain"]] == ["s", "m", "g"]
     assert prov["grade"]["chain"][0]["params"]["add"] == 2 and prov["grade"]["chain"][0]["tool"] == "xtoy.step"
     assert prov["stepped_image"]["files"]["stepped.nii.gz"] == file_digest(out / "stepped.nii.gz")
-    evs = read_events(out / "events.jsonl")
+    evs = read_case_trace(out)
     assert evs[0].kind == "case_started" and evs[-1].kind == "case_finished"
     assert sum(e.kind == "validated" for e in evs) == 3
     assert (out / "_DONE").stat().st_mtime >= (out / "provenance.json").stat().st_mtime

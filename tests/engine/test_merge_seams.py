@@ -14,7 +14,7 @@ from bcer.contracts import Case, Image, PlanSketch, Report, SequenceRef
 from bcer.engine.compiler import compile_plan
 from bcer.engine.executor import RunContext, run_case_workflow, run_case_workflows
 from bcer.engine.review import ReviewResult
-from bcer.engine.trace import read_events
+from bcer.engine.trace import read_case_trace
 from bcer.io import write_nifti
 
 importlib.import_module("tests.engine._seam_tools")
@@ -63,7 +63,7 @@ def test_report_is_reviewed_by_the_driver_even_when_fusion_is_forced(ray_local, 
     assert [o.status for o in outcomes] == ["succeeded"] * 3, [o.error for o in outcomes]
     for i, (_, case, ctx) in enumerate(items):
         assert (ctx.output_dir / "note.md").read_text() == f"MEAN INTENSITY {i + 1.0:.1f} (reviewed)"
-        kinds = [(e.kind, e.node) for e in read_events(ctx.output_dir / "events.jsonl")]
+        kinds = [(e.kind, e.node) for e in read_case_trace(ctx.output_dir)]
         assert ("r4_reflect", "note") in kinds and ("deliverable", "note") in kinds
         assert kinds.index(("r4_reflect", "note")) < kinds.index(("deliverable", "note")) < kinds.index(
             ("case_finished", None))
@@ -79,7 +79,7 @@ def test_missing_input_halts_the_case_before_any_node_runs(ray_local, tmp_path, 
     [out] = run_case_workflows([(compile_plan(plan, case), case, ctx)], reflector=False, fuse=fuse)
     assert out.status == "halted" and out.error["code"] == "input_missing" and out.error["node"] == "seq.T2"
     assert out.node_status == {"a": "blocked", "j": "blocked"}
-    events = read_events(ctx.output_dir / "events.jsonl")
+    events = read_case_trace(ctx.output_dir)
     assert not [e for e in events if e.kind in ("started", "succeeded", "deliverable")]
     assert not (ctx.output_dir / "_DONE").exists() and not (ctx.output_dir / "j.nii.gz").exists()
 
@@ -105,6 +105,6 @@ def test_backstop_never_cancels_a_node_still_queued(ray_local, tmp_path, monkeyp
     ctx = RunContext(run_id="ck-" + uuid.uuid4().hex[:6], output_dir=tmp_path / "out" / case.id, node_timeout_s=2.0)
     out = run_case_workflow(compile_plan(plan, case), case, ctx, reflector=False)
     assert out.status == "succeeded", out.error
-    events = read_events(ctx.output_dir / "events.jsonl")
+    events = read_case_trace(ctx.output_dir)
     assert not [e for e in events if e.kind in ("timeout", "retried", "failed")]
     assert any(v is False for got in seen for v in got.values())  # the clock saw a late node still queued

@@ -25,7 +25,7 @@ from bcer.bench.cases import synth_task_cases
 from bcer.contracts import Case, load_contract
 from bcer.engine.cohort import CohortConfig, run_cohort
 from bcer.engine.planning import StaticPlanner
-from bcer.engine.trace import read_events
+from bcer.engine.trace import read_case_trace
 
 importlib.import_module("tests.engine._wrong_tools")  # registers the xwrong.* tools in the driver
 
@@ -93,7 +93,7 @@ def test_a_case_built_to_be_wrong_ends_implausible(outcomes, name) -> None:
     assert not (case_dir / "_DONE").exists()
     for d in load_contract(task).deliverables:  # delivered, well formed: only plausibility can tell
         assert (case_dir / d.file).stat().st_size > 0
-    events = [e for e in read_events(case_dir / "events.jsonl") if e.kind == "plausibility"]
+    events = [e for e in read_case_trace(case_dir) if e.kind == "plausibility"]
     assert {e.data["check"] for e in events} == {c.check for c in load_contract(task).plausibility}
     assert any(e.data["check"] == check and e.error_code == "value_range" and e.data["ok"] is False for e in events)
     table = pq.read_table(runs / name / "cohort.parquet").to_pylist()[0]

@@ -14,7 +14,7 @@ import pytest
 from bcer.contracts import PlanSketch
 from bcer.engine.compiler import compile_plan
 from bcer.engine.executor import RunContext, run_case_workflow, run_case_workflows
-from bcer.engine.trace import read_events
+from bcer.engine.trace import read_case_trace
 from bcer.io import read_nifti
 
 from tests.engine.test_wholedag import branchy, killed_and_clean, make_case, tallies  # noqa: E402
@@ -56,7 +56,7 @@ def test_chains_are_segments_and_branches_stay_separate(case_run, tmp_path):
     assert {n: s.gen for n, s in run.state.nodes.items()} == {"a": 1, "b": 3, "c": 3, "d": 3, "e": 1}
     assert tallies(ctx.output_dir) == {"a": 1, "c": 1, "d": 1, "e": 1}
     np.testing.assert_allclose(read_nifti(ctx.output_dir / "d.nii.gz").data, (2.0 + 1) * 2 + 2)
-    evs = read_events(ctx.output_dir / "events.jsonl")
+    evs = read_case_trace(ctx.output_dir)
     assert Counter(e.node for e in evs if e.kind == "started") == {"a": 1, "b": 3, "c": 1, "d": 1, "e": 1}
     # the repaired b ran with c and d in one task (one worker), a and e on their own
     ran = {e.node: e.worker for e in evs if e.kind == "succeeded"}
@@ -78,7 +78,7 @@ def test_repair_inside_a_segment_keeps_the_upstream_results(ray_local, tmp_path)
     out = run_case_workflow(compile_plan(plan, case), case, ctx, reflector=Reflector())
     assert out.status == "succeeded", out.error
     assert tallies(ctx.output_dir) == {"s0": 1, "s2": 1}
-    evs = read_events(ctx.output_dir / "events.jsonl")
+    evs = read_case_trace(ctx.output_dir)
     assert Counter(e.node for e in evs if e.kind == "started") == {"s0": 1, "b": 3, "s2": 1}
     assert [e.patch["params"]["window"] for e in evs if e.kind == "repaired"] == [20, 10]
     np.testing.assert_allclose(read_nifti(ctx.output_dir / "s2.nii.gz").data, (2.0 + 1) * 2 + 1)
@@ -91,7 +91,7 @@ def test_segment_events_and_provenance_match_one_task_per_node(ray_local, tmp_pa
         ctx = RunContext(run_id="eq", output_dir=tmp_path / f"o{segments}" / case.id)
         out = run_case_workflow(compile_plan(chain_plan(), case), case, ctx, segments=segments)
         assert out.status == "succeeded", out.error
-        traces[segments] = _norm(read_events(ctx.output_dir / "events.jsonl"))
+        traces[segments] = _norm(read_case_trace(ctx.output_dir))
         prov[segments] = json.loads((ctx.output_dir / "provenance.json").read_text())["deliverables"]["m"]
     assert traces[True] == traces[False]
     assert [k for k, *_ in traces[True]].count("started") == 5
@@ -109,7 +109,7 @@ def test_segment_cache_hits_per_node_and_a_changed_node_reruns_alone(ray_local, 
         ctx = RunContext(run_id=name, output_dir=tmp_path / name / case.id, cache_dir=cache)
         out = run_case_workflow(compile_plan(plan, case), case, ctx)
         assert out.status == "succeeded", out.error
-        return read_events(ctx.output_dir / "events.jsonl")
+        return read_case_trace(ctx.output_dir)
 
     first = run("c1", chain_plan())
     assert sorted(e.node for e in first if e.kind == "cache_stored") == ["m", "s0", "s1", "s2", "s3"]
@@ -130,7 +130,7 @@ def test_a_segment_ray_gives_up_on_reruns_node_by_node(ray_local, tmp_path):
     and the deliverables equal a clean run's."""
     out, ref, killed, clean = killed_and_clean(tmp_path, "sk")
     assert out.status == ref.status == "succeeded", (out.error, ref.error)
-    evs = read_events(killed.output_dir / "events.jsonl")
+    evs = read_case_trace(killed.output_dir)
     assert any(e.kind == "retried" and e.error_code == "worker_lost" and "segment" in e.message for e in evs)
     assert (killed.output_dir / "killed_once").read_text().isdigit()  # the segment's worker really died
     ran = {e.node: e.worker for e in evs if e.kind == "succeeded"}
@@ -151,7 +151,7 @@ def test_a_time_limit_inside_a_segment_is_the_nodes_own(ray_local, tmp_path):
     ctx = RunContext(run_id="tl", output_dir=tmp_path / "o" / case.id)
     out = run_case_workflow(compile_plan(plan, case), case, ctx, reflector=False)
     assert out.status == "failed" and out.error["code"] == "timeout" and out.error["node"] == "z"
-    evs = read_events(ctx.output_dir / "events.jsonl")
+    evs = read_case_trace(ctx.output_dir)
     assert [e.data["limit_s"] for e in evs if e.kind == "timeout"] == [1.0, 1.0]
     assert [e.message for e in evs if e.kind == "retried"] == ["timed out: re-submitted unchanged"]
     assert tallies(ctx.output_dir) == {"a": 1}
@@ -176,7 +176,7 @@ def test_a_fan_out_of_known_tiny_nodes_joins_its_parents_segment(case_run, tmp_p
         driver.run()
         trace.close()
         assert r.outcome.status == "succeeded", r.outcome.error
-        return segs, read_events(ctx.output_dir / "events.jsonl")
+        return segs, read_case_trace(ctx.output_dir)
 
     first, ev1 = run("t1")
     assert first == []  # a has three children and the tool is unknown: four tasks

@@ -11,7 +11,7 @@ import pytest
 from bcer.contracts import Case, Image, PlanSketch, SequenceRef
 from bcer.engine.compiler import compile_plan
 from bcer.engine.executor import RunContext, run_case_workflow, run_case_workflows
-from bcer.engine.trace import read_events
+from bcer.engine.trace import read_case_trace
 from bcer.io import read_nifti, write_nifti
 
 
@@ -90,7 +90,7 @@ def test_repair_reruns_only_the_failed_node_and_its_descendants(ray_local, tmp_p
         d = tmp_path / "out" / case.id
         assert out.status == "succeeded", out.error
         assert tallies(d) == {"a": 1, "c": 1, "d": 1, "e": 1}  # upstream a and branch e never re-ran
-        evs = read_events(d / "events.jsonl")
+        evs = read_case_trace(d)
         started = Counter(e.node for e in evs if e.kind == "started")
         assert started == {"a": 1, "b": 3, "c": 1, "d": 1, "e": 1}
         assert [e.patch["params"]["window"] for e in evs if e.kind == "repaired"] == [20, 10]
@@ -137,7 +137,7 @@ def test_default_tool_time_limit_and_driver_backstop(ray_local, tmp_path, monkey
     assert out.status == "failed" and out.error["code"] == "timeout" and out.error["node"] == "z"
     # two 1-s attempts (a timed-out node is re-submitted unchanged once); without the limit the
     # node would have succeeded after its 30-s sleep: the failure itself shows the limit acted
-    evs = read_events(tmp_path / "a" / case.id / "events.jsonl")
+    evs = read_case_trace(tmp_path / "a" / case.id)
     assert [e.data["limit_s"] for e in evs if e.kind == "timeout"] == [1.0, 1.0]
     assert [e.message for e in evs if e.kind == "retried"] == ["timed out: re-submitted unchanged"]
     # a tool deaf to the worker's alarm (SIGALRM blocked, as in a long C call) is cancelled by the driver
@@ -165,7 +165,7 @@ def test_a_fused_task_ray_gives_up_on_reruns_node_by_node(ray_local, tmp_path):
 
     out, ref, killed, clean = killed_and_clean(tmp_path, "fk", fuse=True)
     assert out.status == ref.status == "succeeded", (out.error, ref.error)
-    evs = read_events(killed.output_dir / "events.jsonl")
+    evs = read_case_trace(killed.output_dir)
     assert any(e.kind == "retried" and e.error_code == "worker_lost" and "fused" in e.message for e in evs)
     assert (killed.output_dir / "killed_once").read_text().isdigit()  # the fused worker really died
     digests = [json.loads((c.output_dir / "provenance.json").read_text())["deliverables"]["m"]["files"]

@@ -61,8 +61,8 @@ def _implausible_error(run: Any, results: list[CheckResult]) -> dict[str, Any]:
 
 
 def finish_case(run: Any, outcome_cls: type) -> Any:
-    """Validate, check plausibility, score, write ``workflow.json`` and ``provenance.json``;
-    ``_DONE`` last, only for a case whose contract validated and whose deliverables are
+    """Validate, check plausibility, score, write ``workflow.json`` (audit, or a case that did
+    not succeed) and ``provenance.json``; ``_DONE`` last (audit; a lean cohort writes it with the row), only for a case whose contract validated and whose deliverables are
     plausible (without a contract: every required node succeeded, and SR/TCR count required
     nodes instead of milestones and deliverables)."""
     st = run.state
@@ -74,7 +74,9 @@ def finish_case(run: Any, outcome_cls: type) -> Any:
         sr = 0
         if status == "succeeded":
             status, st.error = "implausible", _implausible_error(run, plaus)
-    out.write_workflow(st.ctx.output_dir, st.wf)
+    audit = st.ctx.audit or status != "succeeded"  # a case that did not succeed is audited in full
+    if audit:
+        out.write_workflow(st.ctx.output_dir, st.wf)
     # kind and options too: with them the record alone re-reads the input exactly (e.g. k-space, not
     # the reconstruction stored beside it in the same .h5)
     seqs = st.case.sequences
@@ -82,6 +84,8 @@ def finish_case(run: Any, outcome_cls: type) -> Any:
                   "options": seqs[k].options or None, "sha256": m.get("sha256"), "frames": m.get("frames") or None}
               for k, seq in st.seqs.items() if (m := seq.meta or {}).get("ok")}
     prov = out.build_provenance(st.wf, st.records(), st.written, inputs, st.ctx.run_id)
+    prov["dag"] = {"nodes": [{"id": n.id, "tool": n.tool} for n in st.wf.nodes],  # the pages draw it
+                   "edges": [list(e) for e in st.wf.edges]}
     if plaus:
         prov["plausibility"] = [r.to_dict() for r in plaus]
     out.write_provenance(st.ctx.output_dir, prov)
@@ -97,7 +101,7 @@ def finish_case(run: Any, outcome_cls: type) -> Any:
     run.trace.emit("case_finished", message=f"status={status}" + (
         f" sr={sr} sr_delivered={sr_delivered} tcr={tcr:.3f}" if sr is not None else ""),
                    error_code=(st.error or {}).get("code"))
-    if status == "succeeded":
+    if status == "succeeded" and st.ctx.audit:  # lean: the cohort writes _DONE with the case's row
         out.write_done(st.ctx.output_dir, {"run_id": st.ctx.run_id, "case": st.case.id, "sr": sr, "tcr": tcr,
                                            "deliverables": sorted(st.written)})
     return outcome

@@ -75,6 +75,7 @@ class CaseRun:
         self.open: dict[tuple, Any] = {}   # outstanding tag -> ref
         self.clock: Any = None             # the node clock actor (with ``node_timeout_s``)
         self.outcome: CaseOutcome | None = None
+        self.sketch: Any = None            # the plan the case was compiled from (kept for its audit)
         self.submitter = Submitter(self)
         self.repair = Repair(self, repairer)
 

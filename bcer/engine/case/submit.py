@@ -119,7 +119,7 @@ class Submitter:
                 "sources": sources, "port_deps": port_deps, "deps": [f"{k}.{u}" for k, u in deps],
                 "params": params, "device": device, "outputs": list(node.outputs),
                 "timeout_s": st.timeout_of(node), "writes": self.worker_writes(node),
-                "intermediates": st.ctx.write_intermediates,
+                "intermediates": st.ctx.write_intermediates, "companions": st.ctx.audit,
                 "cache_dir": str(st.ctx.cache_dir) if st.ctx.cache_dir else None,
                 "output_dir": str(st.ctx.output_dir), "input_root": str(st.case.root),
                 "read_roots": self.run.read_roots}

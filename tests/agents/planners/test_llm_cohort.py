@@ -19,7 +19,7 @@ from bcer.agents.repair.llm_tier import LLMTier
 from bcer.contracts import Case, Image, PlanSketch, SequenceRef
 from bcer.engine.compiler import compile_plan
 from bcer.engine.executor import RunContext, run_case_workflow
-from bcer.engine.trace import read_events
+from bcer.engine.trace import read_case_trace
 from bcer.io import write_nifti
 
 importlib.import_module("tests.engine._exec_tools")  # xtoy.* tools, in the driver and the workers
@@ -51,7 +51,7 @@ def test_llm_insert_repair_runs_through_the_executor(ray_local, tmp_path) -> Non
     rc = RunContext(run_id="t-" + uuid.uuid4().hex[:6], output_dir=tmp_path / "out" / case.id)
     outcome = run_case_workflow(compile_plan(plan, case), case, rc, reflector=reflector)
     assert outcome.status == "succeeded", outcome.error
-    events = read_events(rc.output_dir / "events.jsonl")
+    events = read_case_trace(rc.output_dir)
     kinds = [e.kind for e in events]
     call = events[kinds.index("llm_call")]
     assert kinds.index("failed") < kinds.index("llm_call") < kinds.index("repaired")  # in order, in the trace
@@ -92,7 +92,7 @@ def test_llm_cohort_is_recorded_and_replayed_bit_for_bit(ray_local, httpserver, 
     asked = len(httpserver.log)
     status = {r["case"]: r["status"] for r in first.rows}
     assert status == {"c0": "succeeded", "c1": "succeeded", "bad": "rejected"}, first.rows
-    bad = read_events(tmp_path / "rec" / "bad" / "events.jsonl")
+    bad = read_case_trace(tmp_path / "rec" / "bad")
     # nothing of it ran: the trace holds the case's start and end and the planner's events only
     assert {e.kind for e in bad} == {"case_started", "llm_call", "plan_rejected", "case_finished"}
     assert all(e.error_code == "schema" for e in bad if e.kind == "plan_rejected")
@@ -107,7 +107,7 @@ def test_llm_cohort_is_recorded_and_replayed_bit_for_bit(ray_local, httpserver, 
         digests = [{k: v["artifact_digest"] for k, v in json.loads((d / "provenance.json").read_text())
                     ["deliverables"].items()} for d in (a, b)]
         assert digests[0] == digests[1] and all(digests[0].values())
-        calls = [e for e in read_events(b / "events.jsonl") if e.kind == "llm_call"]
+        calls = [e for e in read_case_trace(b) if e.kind == "llm_call"]
         assert calls[0].data["backend"] == "replay" and calls[0].data["accepted"] is True
     table = again.events.to_pylist()
     assert any(r["kind"] == "plan_accepted" and json.loads(r["data"])["model"] == "fake-model" for r in table)
