@@ -64,7 +64,9 @@ def test_data_synth_inspect_plan_run_trace(ray_local, tmp_path):
     code, out = invoke("run", "--data", case_dir, "--plan", sketch, "--out", out_dir, "--no-report")
     assert code == 0, out
     done = [p for p in out_dir.iterdir() if (p / "_DONE").exists()]
-    assert len(done) == 1 and (done[0] / "events.jsonl").exists()
+    # a lean case folder: its trace is in the cohort's events.parquet, its row in _DONE
+    assert len(done) == 1 and not (done[0] / "events.jsonl").exists()
+    assert json.loads((done[0] / "_DONE").read_text())["status"] == "succeeded"
     code, out = invoke("trace", done[0])
     assert code == 0 and "succeeded" in out and "denoise.nlm" in out
 

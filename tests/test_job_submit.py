@@ -91,7 +91,7 @@ def test_ray_job_submit_runs_a_cohort_on_a_token_auth_head(head, tmp_path):
     done = _submit(head, "bcer", "cohort", "--data", str(data), "--task", "segment_brain", "--out", str(out))
     log = done.stdout + done.stderr
     assert done.returncode == 0 and "succeeded" in log, log[-3000:]
-    rows = [json.loads(p.read_text()) for p in sorted(out.glob("*/result.json"))]
+    rows = [json.loads(p.read_text()) for p in sorted(out.glob("*/_DONE"))]  # a succeeded case's row
     assert [r["status"] for r in rows] == ["succeeded", "succeeded"] and all(r["sr"] == 1 for r in rows)
     assert (out / "cohort.parquet").exists() and all((out / r["case"] / "_DONE").exists() for r in rows)
     desc = json.loads((out / "dataset_description.json").read_text())

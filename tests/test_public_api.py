@@ -80,7 +80,7 @@ def test_docs_own_task_yaml_is_planned_and_delivered(ray_local, docs_env):
     assert [r["status"] for r in rows] == ["succeeded"], rows
     assert namespace["contract"].id == "foreground_volume"
     case = Path(docs_env["OUT"]) / "my_task" / rows[0]["case"]
-    wf = json.loads((case / "workflow.json").read_text())
+    wf = json.loads((case / "provenance.json").read_text())["dag"]  # the DAG that ran
     assert {n["tool"] for n in wf["nodes"]} == {"user.otsu_mask", "quant.roi_stats"}  # the offline planner's chain
     stats = json.loads((case / "stats.json").read_text())
     vol = next(v for k, v in rows[0]["measurements"].items() if k.endswith("volume_ml"))
@@ -97,8 +97,8 @@ def test_docs_user_tool_inside_a_built_in_task(ray_local, docs_env):
     rows = namespace["result"].rows
     assert [r["status"] for r in rows] == ["succeeded"], rows  # segment_brain's own checks passed
     case = Path(docs_env["OUT"]) / "inside" / rows[0]["case"]
-    wf = json.loads((case / "workflow.json").read_text())
-    seg = next(n for n in wf["nodes"] if n["tool"] == "seg.brain_tumor")
+    prov = json.loads((case / "provenance.json").read_text())
+    seg = next(r for d in prov["deliverables"].values() for r in d["chain"] if r["tool"] == "seg.brain_tumor")
     assert seg["inputs"]["flair"] == "@node.clip.image"
     truth = json.loads(next((Path(docs_env["DATA"]) / rows[0]["case"]).glob("bcer_truth.json")).read_text())
     labels = np.asarray(nib.load(str(case / "seg.nii.gz")).dataobj)

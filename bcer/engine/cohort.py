@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Literal
 
 from ..contracts import Case, TaskContract
 from ..io import write_json
-from .outputs import write_audit, write_done, write_plan
+from .outputs import write_audit, write_plan
 from . import repair as rp
 from .driver import Driver
 from .models import release_server, resolve_server
@@ -183,22 +183,23 @@ class _Job:
         self.rows[case.id] = row = case_row.to_dict()
         lines: list[str] = []
         folder = self.cfg.out / case.id
+        lean_done = not self.cfg.audit and row["status"] == "succeeded"
         try:
-            if self.cfg.audit or row["status"] != "succeeded":
+            if not lean_done:
                 write_audit(row, folder / ROW_FILE)
                 if not self.cfg.audit and trace is not None:
                     trace.save()
                 if not self.cfg.audit and sketch is not None:
                     write_plan(folder, sketch)
-            else:  # lean: the row is the done marker, written last and atomically (resume reads it)
-                (folder / ROW_FILE).unlink(missing_ok=True)  # an earlier failed run's row would contradict it
-                write_done(folder, row)
+            else:  # an earlier failed run's row would contradict the _DONE written below
+                (folder / ROW_FILE).unlink(missing_ok=True)
             if trace is not None:
                 trace.close()
                 lines = trace.all_lines()
         except OSError:  # a full disk: the row stays in the tables, the next run redoes the case
             log.exception("cannot write the row or trace of case %s", case.id)
-        self.tables.add(row, lines)
+        # lean: the row is the done marker, written once the tables hold the case (resume reads it)
+        self.tables.add(row, lines, done=folder if lean_done else None)
         if self.on_case_done:
             try:
                 self.on_case_done(row)

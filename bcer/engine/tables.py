@@ -112,17 +112,23 @@ class CohortTables:
         self.max_events, self.every_s = max_events, FLUSH_EVERY_S if every_s is None else every_s
         self._rows: list[dict[str, Any]] = []
         self._events: list[dict[str, Any]] = []
+        self._done: list[tuple[Path, dict[str, Any]]] = []
         self._n = 0
         self._last = time.time()
 
-    def add(self, row: dict[str, Any], event_lines: Iterable[str]) -> None:
+    def add(self, row: dict[str, Any], event_lines: Iterable[str], done: Path | None = None) -> None:
+        """Buffer a finished case's row and events. ``done``: the case folder whose ``_DONE``
+        (holding the row) is written once the part holding them is on disk (a lean cohort),
+        so a case marked done never lacks its trace, whenever the driver is killed."""
         self._rows.append(row)
         self._events.extend(r for r in map(event_row, event_lines) if r is not None)
+        if done is not None:
+            self._done.append((done, row))
         if len(self._events) >= self.max_events:
             self.flush()
 
     def maybe_flush(self, now: float) -> None:
-        if (self._rows or self._events) and now - self._last >= self.every_s:
+        if (self._rows or self._events or self._done) and now - self._last >= self.every_s:
             self.flush()
 
     def flush(self) -> None:
@@ -130,7 +136,7 @@ class CohortTables:
         import pyarrow as pa
 
         self._last = time.time()
-        if not self._rows and not self._events:
+        if not self._rows and not self._events and not self._done:
             return
         self.parts.mkdir(parents=True, exist_ok=True)
         stem = f"{time.time_ns():020d}-{self.run_id}-{self._n:05d}"
@@ -142,6 +148,14 @@ class CohortTables:
                           self.parts / f"{stem}.events.parquet")
         self._rows.clear()
         self._events.clear()
+        from .outputs import write_done
+
+        for folder, row in self._done:  # after the part: _DONE promises the row and trace are recorded
+            try:
+                write_done(folder, row)
+            except OSError:  # a full disk: no _DONE, so the next run redoes the case
+                log.exception("cannot write _DONE of %s", folder)
+        self._done.clear()
 
     def finalize(self, rows: list[dict[str, Any]], case_ids: Iterable[str]) -> None:
         """Write ``cohort.parquet`` (``rows``) and the consolidated ``events.parquet``; drop the parts.

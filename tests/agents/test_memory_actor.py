@@ -14,14 +14,15 @@ from bcer.agents.r4.reviewer import R4Reviewer
 from bcer.bench.cases import synth_task_cases
 from bcer.contracts import load_contract
 from bcer.engine.cohort import CohortConfig, run_cohort
+from bcer.engine.trace import read_case_trace
 from bcer.memory import Exemplar, ExemplarMemory
 
 pytestmark = pytest.mark.timeout(600)
 
 
-def _events(case_dir, kind):
-    return [json.loads(x) for x in (case_dir / "events.jsonl").read_text().splitlines()
-            if json.loads(x)["kind"] == kind]
+def _events(case_dir, kind=None):
+    """The case's events as dicts (its events.jsonl, or its rows of the cohort's events.parquet)."""
+    return [e.model_dump() for e in read_case_trace(case_dir) if kind is None or e.kind == kind]
 
 
 def test_killed_actor_restarts_with_everything(ray_local, tmp_path):
@@ -82,8 +83,7 @@ def test_cohort_curates_and_a_restarted_cohort_retrieves(ray_local, tmp_path):
         report = json.loads((d / "report.json").read_text())
         assert report["meta"]["r4"]["material_issues"] == 0 and "## Findings" in report["text"]
         assert [e["data"]["action"] for e in _events(d, "memory_add")] == ["added"]
-        assert {"r4_route", "r4_draft", "r4_reflect"} <= {json.loads(x)["kind"] for x in
-                                                       (d / "events.jsonl").read_text().splitlines()}
+        assert {"r4_route", "r4_draft", "r4_reflect"} <= {e["kind"] for e in _events(d)}
     _gone(ray, "test_mem_cohort_a")  # the cohort's actor went with its cohort (closed: checkpointed)
     second = cohort(tmp_path / "out2", "test_mem_cohort_b")  # a fresh actor reloads the folder
     assert all(r["status"] == "succeeded" for r in second.rows)

@@ -87,7 +87,8 @@ def test_llm_cohort_is_recorded_and_replayed_bit_for_bit(ray_local, httpserver, 
     httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_handler(chat)
     cases = [nifti_case(tmp_path / "in", f"c{i}", seed=i) for i in range(2)] + [nifti_case(tmp_path / "in", "bad")]
     rec = tmp_path / "llm.jsonl"
-    common = dict(task="denoise", planner="llm", reflector="tier1,llm", max_in_flight=2)
+    # audit: the plan and workflow files of both runs are compared below
+    common = dict(task="denoise", planner="llm", reflector="tier1,llm", max_in_flight=2, audit=True)
     first = bcer.Study(cases, out=tmp_path / "rec", llm=httpserver.url_for("/v1"), llm_record=rec, **common).run()
     asked = len(httpserver.log)
     status = {r["case"]: r["status"] for r in first.rows}
