@@ -26,8 +26,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..datasets.layouts.bids import subject_label
 from ..io import atomic_write_bytes, write_json
+from ..io.bids_names import subject_label
 from ..io.nifti import mask_label_names
 from .derivatives import Finished, grid_input, label_mapping, nifti_bytes, remap
 

@@ -22,8 +22,6 @@ import numpy as np
 
 from ..contracts.case import Case
 from ..contracts.errors import ToolError
-from ..datasets.layouts import get_layout
-from ..datasets.layouts.brats2023 import compartment
 from ..io.nifti import mask_label_names
 
 log = logging.getLogger(__name__)
@@ -124,6 +122,9 @@ def grid_input(done: Finished, name: str, formats: tuple[str, ...] | None = None
 def _norm(name: str) -> str:
     """A label name as the tumour compartment it means (``ET``, ``enhancing tumour`` -> ``enhancing``:
     the one name table, ``brats2023.compartment``), else the name itself."""
+    # imported here: the dataset package loads the phantom generators, which a cohort's export never needs
+    from ..datasets.layouts.brats2023 import compartment
+
     return compartment(name) or re.sub(r"[^a-z0-9]", "", str(name).lower())
 
 
@@ -135,6 +136,8 @@ def _truth_labels(case: Case) -> list[dict[int, str]]:
               for r in refs.values() if isinstance(r, dict)]
     tables = [t for t in tables if t]
     if not tables and case.layout:
+        from ..datasets.layouts import get_layout
+
         try:
             declared = getattr(get_layout(case.layout), "SEG_LABELS", None)
         except (ToolError, KeyError, ValueError):

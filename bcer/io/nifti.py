@@ -116,13 +116,26 @@ def read_header(path: str | Path) -> dict[str, Any]:
             "affine": affine, "dtype": str(img.get_data_dtype())}
 
 
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it; set back at once (module import is single-threaded)
+    os.umask(mask)
+    return mask
+
+
+# a deliverable gets the permissions of any file its user writes (mkstemp's 0600 would hide it
+# from the rest of a study group on shared storage)
+_FILE_MODE = 0o666 & ~_umask()
+
+
 def atomic_write_bytes(path: str | Path, payload: bytes, *more: bytes) -> Path:
     """Write ``payload`` (then ``more``, without joining them in memory) to a temp file in the
-    same folder, then rename: readers never see half a file."""
+    same folder, then rename: readers never see half a file. The file's mode follows the umask,
+    as for any file the user writes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, _FILE_MODE)
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             for chunk in more:

@@ -35,6 +35,7 @@ from ...contracts.case import Case
 from ...contracts.errors import ErrorCode, ToolError
 from ...contracts.sequences import canonical_sequence
 from ...io import atomic_write_bytes, write_json
+from ...io.bids_names import subject_label
 from ..phantom import Phantom
 from ._common import (read_each, read_truth, ref_for, sanitize_case_id,
                       validate_case_shapes, write_truth, write_volume)
@@ -52,16 +53,6 @@ SUFFIX = {
 _NIFTI = re.compile(r"^(?P<stem>sub-[A-Za-z0-9]+.*)\.nii(\.gz)?$")
 
 __all__ = ["NAME", "detect", "write", "read", "subject_label", "parse_name"]
-
-
-def subject_label(case_id: str) -> str:
-    """A BIDS subject label (alphanumeric only) for a case id: ``brain-003`` -> ``brain003``."""
-    raw = str(case_id)[4:] if str(case_id).startswith("sub-") else str(case_id)
-    label = re.sub(r"[^A-Za-z0-9]", "", raw)
-    if not label:
-        raise ToolError(ErrorCode.schema, f"case id {case_id!r} gives an empty BIDS label",
-                        hint="use letters or digits in case ids", arg="case_id")
-    return label
 
 
 def parse_name(filename: str) -> tuple[dict[str, str], str] | None:
