@@ -208,7 +208,8 @@ def whole_process(args: argparse.Namespace) -> None:
               "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "note": "8x8x8 NIfTI per case, one tool; each arm a fresh `python` process (imports, cluster start, "
                       "run, shutdown) timed from outside, arms interleaved; ray = load task + stats task writing "
-                      "the JSON, 16 cases in flight; bcer = Study with the default options."}
+                      "the JSON, 16 cases in flight; bcer = Study with the default options (lean case folders: "
+                      "deliverable, provenance.json, _DONE; --audit writes the full per-case audit)."}
     out = args.result or ROOT / "benchmarks" / "results" / "wide_cohort_process.json"
     out.write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=1))
