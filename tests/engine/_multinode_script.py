@@ -77,9 +77,11 @@ def main(out: Path) -> dict:
     assert resources.get("CPU") == 3.0, resources
     threading.Thread(target=kill_mid_run, daemon=True).start()
     # the driver joins the existing cluster by address, as `bcer cohort --address HOST:PORT` does
-    # audit: the watcher above reads each case's events.jsonl while the cohort runs
+    # audit: the watcher above reads each case's events.jsonl while the cohort runs; one task per
+    # node (fuse="never"): a chain a -> b run as one segment reports a only when b is done, and b
+    # is held until the watcher sees a (it then waited out its 200 s deadline on every run)
     result = run_cohort(cases, CohortConfig(out=out / "out", planner=StaticPlanner(plan), contract=contract,
-                                            max_in_flight=4, address=cluster.address, audit=True))
+                                            max_in_flight=4, address=cluster.address, audit=True, fuse="never"))
     report_nodes = len([n for n in ray.nodes() if n["Alive"]])
     events = result.events.to_pylist()
     # the same cohort on the surviving nodes, undisturbed: every deliverable must be byte-identical
