@@ -74,7 +74,8 @@ def memory_add(runs: list[Path] = typer.Argument(..., metavar="RUN...", help="ca
             # the row: result.json (full audit, or a case that did not succeed), else _DONE (lean)
             row = json.loads((d / "result.json").read_text()) if (d / "result.json").exists() else done
             rep = Report(data.get("text", ""), data.get("structured", {}), data.get("evidence", []), data.get("meta", {}))
-            res = reviewer.curate(CurateRequest(case_id=d.name, task=row.get("task"), run_id=done.get("run_id", done.get("run", "")),
+            run_id = done.get("run_id", done.get("run", ""))  # an audited _DONE / a lean one (the row)
+            res = reviewer.curate(CurateRequest(case_id=d.name, task=row.get("task"), run_id=run_id,
                                                 report=rep, verified=bool(done), status=row.get("status", "")))
             counts[res["action"]] = counts.get(res["action"], 0) + 1
             console.print(f"{d.name}: {res['action']} ({res['reason']})")

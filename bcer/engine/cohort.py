@@ -191,8 +191,8 @@ class _Job:
                     trace.save()
                 if not self.cfg.audit and sketch is not None:
                     write_plan(folder, sketch)
-            else:  # an earlier failed run's row would contradict the _DONE written below
-                (folder / ROW_FILE).unlink(missing_ok=True)
+            elif trace is not None and trace.had_history:  # an earlier run's row would contradict _DONE
+                (folder / ROW_FILE).unlink(missing_ok=True)  # (no history, no row: no syscall per case)
             if trace is not None:
                 trace.close()
                 lines = trace.all_lines()

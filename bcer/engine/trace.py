@@ -176,11 +176,9 @@ def read_case_trace(case_dir: str | Path) -> list[Event]:
     table_path = case_dir.parent / "events.parquet"
     if not table_path.exists():
         raise FileNotFoundError(f"no {EVENTS_FILE} in {case_dir} and no events.parquet beside it")
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    table = pq.read_table(table_path)
-    rows = table.filter(pc.equal(table["case"], case_dir.name)).to_pylist()
+    rows = pq.read_table(table_path, filters=[("case", "==", case_dir.name)]).to_pylist()
     for row in rows:
         for col in ("patch", "data"):  # stored as JSON text
             if row.get(col) is not None:

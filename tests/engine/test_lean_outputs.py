@@ -75,6 +75,14 @@ def test_a_lean_case_keeps_three_files_and_a_failed_one_its_full_audit(ray_local
     assert rows["q1"]["measurements"] == next(r for r in result.rows if r["case"] == "q1")["measurements"]
     assert set(pq.read_table(out / "events.parquet").column("case").to_pylist()) == {"q0", "q1", "q2"}
 
+    # q2's input mended: it succeeds, and its failed run's row no longer contradicts its _DONE
+    write_nifti(Image(np.full((4, 4, 3), 3.0, np.float32), np.eye(4)), tmp_path / "in" / "q2" / "t1.nii.gz")
+    third = {r["case"]: r for r in _run(cases, out, audit=False).rows}
+    assert third["q2"]["status"] == "succeeded" and not third["q2"]["resumed"]
+    assert not (out / "q2" / "result.json").exists()
+    assert json.loads((out / "q2" / "_DONE").read_text())["measurements"]["stats.all.mean"] == pytest.approx(3.0)
+    assert (out / "q2" / "events.jsonl").exists()  # the failed attempts' trace stays, this run appended
+
 
 def test_audit_keeps_everything_for_every_case(ray_local, tmp_path):
     cases = _cases(tmp_path / "in")

@@ -61,8 +61,9 @@ def _implausible_error(run: Any, results: list[CheckResult]) -> dict[str, Any]:
 
 
 def finish_case(run: Any, outcome_cls: type) -> Any:
-    """Validate, check plausibility, score, write ``workflow.json`` (audit, or a case that did
-    not succeed) and ``provenance.json``; ``_DONE`` last (audit; a lean cohort writes it with the row), only for a case whose contract validated and whose deliverables are
+    """Validate, check plausibility, score, write ``workflow.json`` (with the audit, or for a case
+    that did not succeed) and ``provenance.json``; ``_DONE`` last (with the audit: a lean cohort
+    writes it with the row), only for a case whose contract validated and whose deliverables are
     plausible (without a contract: every required node succeeded, and SR/TCR count required
     nodes instead of milestones and deliverables)."""
     st = run.state
