@@ -1,8 +1,8 @@
 """One driver event loop over ``ray.wait`` on every watched ObjectRef, for any number of cases.
 
 Owners (one per case in flight) ``watch`` the refs they wait for with a tag; one ``poll``
-waits for the first ready ref, takes every other ready one with it, fetches their values in
-one ``ray.get`` and hands each ``(tag, value, exc)`` to its owner, upstream results first
+waits for the first ready ref (or, with many in flight, briefly for a quarter of them),
+fetches their values in one ``ray.get`` and hands each ``(tag, value, exc)`` to its owner, upstream results first
 (so a node's failure is seen before the void results of its descendants). An owner whose
 handler raises is told so through ``owner.crash(exc)``; nothing escapes the loop. No thread
 per case: the cost per event is a dict lookup and the owner's handler.
@@ -19,6 +19,11 @@ from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 _FUTURE_TICK_S = 0.02
+# A poll may wait this long for a quarter of the watched refs before taking what is ready:
+# with many tiny tasks in flight one ray.wait then serves several results (a ray.wait costs
+# the driver about as much as handling a tiny case's result); a long task's result waits at
+# most this much longer.
+_BATCH_WAIT_S = 0.005
 
 
 class Owner(Protocol):
@@ -77,12 +82,14 @@ class EventLoop:
         import ray
 
         refs = list(self.waiting)
-        ready, rest = ray.wait(refs, num_returns=1, timeout=timeout, fetch_local=True)
+        want = len(refs) // 4
+        ready: list = []
+        if want > 1:
+            ready, _ = ray.wait(refs, num_returns=want, timeout=min(timeout, _BATCH_WAIT_S), fetch_local=True)
+        if not ready:
+            ready, _ = ray.wait(refs, num_returns=1, timeout=timeout, fetch_local=True)
         if not ready:
             return 0
-        if rest:
-            more, _ = ray.wait(rest, num_returns=len(rest), timeout=0, fetch_local=True)
-            ready.extend(more)
         items = [(ref, *self.waiting.pop(ref)) for ref in ready]
         self._dispatch(items, _get_all([ref for ref, _, _ in items]))
         return len(items)

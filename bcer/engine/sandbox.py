@@ -21,6 +21,7 @@ swapped for a symlink later (tools open only the resolved path they are given).
 """
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import os
@@ -28,7 +29,7 @@ import re
 import types
 import typing
 from collections.abc import Iterable
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -85,9 +86,13 @@ class Sandbox:
 
     def __init__(self, input_root: str | os.PathLike, output_dir: str | os.PathLike,
                  read_roots: Iterable[str | os.PathLike] = ()):
-        self.input_root = Path(input_root).expanduser().resolve()
-        self.output_dir = Path(output_dir).expanduser().resolve()
+        self.input_root = Path(os.path.realpath(os.path.expanduser(input_root)))
+        self.output_dir = Path(os.path.realpath(os.path.expanduser(output_dir)))
         self.read_roots = tuple(_resolved_root(os.fspath(r)) for r in read_roots)
+        # the roots as text: a check compares strings (two Path objects per check cost a tiny
+        # case more than its tool)
+        self._read = tuple(map(str, (self.input_root, self.output_dir, *self.read_roots)))
+        self._write = (str(self.output_dir),)
 
     def check_read(self, path: Any, *, arg: str | None = None) -> Path:
         """The resolved path, if it lies in the input root, the output folder or a read root.
@@ -95,7 +100,7 @@ class Sandbox:
         Raises:
             ToolError: ``sandbox``, naming the path (and ``arg`` when given).
         """
-        return self._check(path, (self.input_root, self.output_dir, *self.read_roots), "read", arg)
+        return self._check(path, self._read, "read", arg)
 
     def check_write(self, path: Any, *, arg: str | None = None) -> Path:
         """The resolved path, if it lies in the output folder.
@@ -103,20 +108,19 @@ class Sandbox:
         Raises:
             ToolError: ``sandbox``, naming the path (and ``arg`` when given).
         """
-        return self._check(path, (self.output_dir,), "write", arg)
+        return self._check(path, self._write, "write", arg)
 
-    def _check(self, path: Any, roots: tuple[Path, ...], mode: str, arg: str | None) -> Path:
+    def _check(self, path: Any, roots: tuple[str, ...], mode: str, arg: str | None) -> Path:
         text = self._screen(path, arg)
-        base = roots[0]
-        try:
-            candidate = Path(text) if os.path.isabs(text) else base / text
-            resolved = candidate.resolve(strict=False)
+        try:  # Path.resolve(strict=False) without the Path objects: realpath, then stat for loops
+            resolved = os.path.realpath(text if os.path.isabs(text) else os.path.join(roots[0], text))
+            _raise_on_loop(resolved)
         except (OSError, RuntimeError, ValueError) as e:  # symlink loops, names too long
             raise _deny(path, f"cannot be resolved ({type(e).__name__})", arg=arg) from None
-        if not any(resolved == r or resolved.is_relative_to(r) for r in roots):
-            where = " or ".join(str(r) for r in roots)
+        if not any(resolved == r or resolved.startswith(r.rstrip(os.sep) + os.sep) for r in roots):
+            where = " or ".join(roots)
             raise _deny(path, f"resolves to {resolved}, outside {where} ({mode})", arg=arg)
-        return resolved
+        return Path(resolved)
 
     @staticmethod
     def _screen(path: Any, arg: str | None) -> str:
@@ -132,7 +136,7 @@ class Sandbox:
             (path.startswith("~"), "home-directory expansion"),
             (bool(_URL.match(path)), "URLs are not files"),
             ("\\" in path, "backslash separators"),
-            (".." in PurePosixPath(path).parts, "'..' component"),
+            (".." in path.split("/"), "'..' component"),
         ]
         for bad, why in checks:
             if bad:
@@ -167,6 +171,16 @@ class Sandbox:
 
 
 @functools.lru_cache(maxsize=64)
+def _raise_on_loop(resolved: str) -> None:
+    """realpath does not fail on a symlink loop (it returns the loop's name): stat does."""
+    try:
+        os.stat(resolved)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise
+        # missing is fine here: a write path need not exist yet
+
+
 def _resolved_root(path: str) -> Path:
     """Read-only roots (bcer's assets, model folders) are the same for every case of a run:
     resolved once, not per case."""

@@ -9,6 +9,7 @@ and the code cannot drift apart.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import threading
@@ -190,6 +191,12 @@ def _check_input(name: str, port: Port, value: Any) -> None:
                         f"got {kind_of(value).value}", tool=name, arg=port.name)
 
 
+@functools.lru_cache(maxsize=None)
+def _parameter_names(fn: Callable[..., Any]) -> frozenset[str]:
+    """A tool function's parameter names (``inspect.signature`` once per function, not per call)."""
+    return frozenset(inspect.signature(fn).parameters)
+
+
 def call_tool(name: str, inputs: dict[str, Any], params: dict[str, Any] | BaseModel | None = None,
               device: str = "cpu") -> dict[str, Any]:
     """Run a tool in this process and return ``{output field: artifact}``.
@@ -207,9 +214,10 @@ def call_tool(name: str, inputs: dict[str, Any], params: dict[str, Any] | BaseMo
         _check_input(name, port, inputs.get(port.name))
     p = params if isinstance(params, BaseModel) else validate_params(name, params or {})
     kwargs = {k: v for k, v in inputs.items() if v is not None}
-    if "params" in inspect.signature(reg.fn).parameters:
+    takes = _parameter_names(reg.fn)
+    if "params" in takes:
         kwargs["params"] = p
-    if "device" in inspect.signature(reg.fn).parameters:
+    if "device" in takes:
         kwargs["device"] = device
     try:
         result = reg.fn(**kwargs)
