@@ -19,10 +19,10 @@ from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 _FUTURE_TICK_S = 0.02
-# A poll may wait this long for a quarter of the watched refs before taking what is ready:
-# with many tiny tasks in flight one ray.wait then serves several results (a ray.wait costs
-# the driver about as much as handling a tiny case's result); a long task's result waits at
-# most this much longer.
+# A poll may wait this long for a quarter of the watched refs before taking what is ready
+# (and, if that many are, every other ready one): with many tiny tasks in flight one poll
+# then serves several results, where a ray.wait per result cost the driver about as much as
+# handling a tiny case's result; a long task's result waits at most this much longer.
 _BATCH_WAIT_S = 0.005
 
 
@@ -85,7 +85,10 @@ class EventLoop:
         want = len(refs) // 4
         ready: list = []
         if want > 1:
-            ready, _ = ray.wait(refs, num_returns=want, timeout=min(timeout, _BATCH_WAIT_S), fetch_local=True)
+            ready, rest = ray.wait(refs, num_returns=want, timeout=min(timeout, _BATCH_WAIT_S), fetch_local=True)
+            if len(ready) == want and rest:  # the batch filled: take whatever else is ready too
+                more, _ = ray.wait(rest, num_returns=len(rest), timeout=0, fetch_local=True)
+                ready.extend(more)
         if not ready:
             ready, _ = ray.wait(refs, num_returns=1, timeout=timeout, fetch_local=True)
         if not ready:

@@ -181,3 +181,38 @@ def test_cases_known_to_be_long_are_started_first(ray_local, tmp_path, monkeypat
                                                                           planner=StaticPlanner(PLAN)))])
     assert started == ["long/q0", "short/q0"]
     assert [r.rows[0]["status"] for r in results] == ["succeeded", "succeeded"]
+
+
+class _Owner:
+    def __init__(self) -> None:
+        self.got: list[tuple[tuple, object]] = []
+
+    def dispatch(self, tag, value, exc) -> None:
+        self.got.append((tag, value))
+
+    def crash(self, exc) -> None:  # pragma: no cover - the handler above never raises
+        raise exc
+
+    def order(self, tag) -> int:
+        return 0
+
+
+def test_one_poll_serves_many_ready_refs_and_a_lone_ref_is_taken_at_once(ray_local):
+    import ray
+
+    from bcer.engine.loop import EventLoop
+
+    loop, owner = EventLoop(), _Owner()
+    refs = [ray.put(i) for i in range(16)]
+    ray.wait(refs, num_returns=len(refs))  # all ready before the first poll
+    for i, ref in enumerate(refs):
+        loop.watch(ref, owner, ("n", i))
+    polls = 0
+    while len(loop):
+        polls += 1
+        assert loop.poll(5.0) >= 1
+    assert sorted(v for _, v in owner.got) == list(range(16))
+    assert polls <= 2  # 16 ready refs: every ready one is taken, not one per poll
+    lone = ray.put("x")
+    loop.watch(lone, owner, ("lone",))
+    assert loop.poll(5.0) == 1 and owner.got[-1] == (("lone",), "x")
