@@ -140,8 +140,13 @@ def atomic_write_bytes(path: str | Path, payload: bytes, *more: bytes) -> Path:
         os.makedirs(folder, exist_ok=True)
     # a name unique to this process, thread and call (O_EXCL: never someone else's file);
     # cheaper than mkstemp's random names, which cost a tiny case's worker measurably
-    tmp = os.path.join(folder, f".{path.name}.{os.getpid()}.{threading.get_ident()}.{next(_TMP_SEQ)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+    while True:
+        tmp = os.path.join(folder, f".{path.name}.{os.getpid()}.{threading.get_ident()}.{next(_TMP_SEQ)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+            break
+        except FileExistsError:  # left by a killed process that had this pid: take the next name
+            continue
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
