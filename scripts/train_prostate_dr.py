@@ -30,7 +30,6 @@ measured better on the family it never saw.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import logging
 import platform
@@ -55,17 +54,9 @@ log = logging.getLogger("train_prostate_dr")
 PROSTATE_RANGES = replace(RANGES, inplane_mm=(0.5, 2.5), thickness_mm=(2.0, 6.0), gap_mm=(0.0, 1.0), fov=(0.75, 1.0))
 TRAIN_SEED0 = 40_000  # disjoint from train_prostate_bundle.py's 20_000 / 30_000 and every evaluation seed
 FAMILIES = ("randomised", "heldout")
+sys.path.insert(0, str(ROOT / "scripts"))  # the sibling trainer, whatever the working folder
+import train_prostate_bundle as TP  # noqa: E402  (its network, crops and training loop)
 
-
-def _load(name: str, path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-TP = _load("train_prostate_bundle", ROOT / "scripts" / "train_prostate_bundle.py")
 
 
 def label_map(i: int) -> tuple[np.ndarray, np.ndarray]:

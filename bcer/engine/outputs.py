@@ -21,7 +21,8 @@ from ..contracts.artifacts import ArtifactKind, kind_of
 from ..contracts.errors import ErrorCode, ToolError
 from ..contracts.tokens import Token
 from ..contracts.workflow import Workflow
-from ..io import artifact_to_dict, atomic_write_bytes, to_jsonable, write_json, write_nifti, write_table_csv
+from ..io import (artifact_to_dict, atomic_write_bytes, json_bytes, to_jsonable, write_json, write_nifti,
+                  write_table_csv)
 from .digest import file_digest
 
 log = logging.getLogger(__name__)
@@ -189,20 +190,12 @@ def measurements_of(name: str, artifact: Any) -> dict[str, Any]:
     return wide_measurements(measurement_records(name, artifact))
 
 
-def audit_json(obj: Any) -> bytes:
-    """Indented JSON of an audit record (pydantic-core's encoder: the driver writes five of
-    these per case, so the pure-Python ``indent`` encoder would cost more than the case)."""
-    import pydantic_core
-
-    return pydantic_core.to_json(obj, indent=2, fallback=lambda o: to_jsonable(o))
-
-
 def write_audit(obj: Any, path: str | Path) -> Path:
     """Write an audit record atomically (temp file + rename) into an existing folder (the
     case folder: no ``mkdir`` per file, a per-process temp name instead of ``mkstemp``)."""
     path = os.fspath(path)
     tmp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.{os.getpid()}.{threading.get_ident()}.tmp"
-    payload = audit_json(obj)
+    payload = json_bytes(obj)  # the one JSON encoder of bcer.io
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     except FileNotFoundError:  # the folder does not exist yet: the slow, general path
@@ -279,6 +272,6 @@ def write_done(case_dir: str | Path, info: dict[str, Any]) -> Path:
     return write_audit(info, Path(case_dir) / DONE_FILE)
 
 
-__all__ = ["DONE_FILE", "ROW_KEYS", "audit_json", "build_provenance", "default_file", "measurement_records",
+__all__ = ["DONE_FILE", "ROW_KEYS", "build_provenance", "default_file", "measurement_records",
            "measurements_of", "wide_measurements", "write_artifact", "write_audit", "write_done", "write_plan",
            "write_provenance", "write_workflow"]

@@ -3,7 +3,7 @@ fastMRI and CMRxRecon HDF5/MAT, JSON/CSV): one door for every format, below tool
 engine. Imports only ``bcer.contracts`` and third-party libraries."""
 from .nifti import atomic_write_bytes, read_nifti, write_nifti
 from .sequence import SEQUENCE_READERS, load_sequence, sequence_header
-from .serialize import artifact_from_dict, artifact_to_dict, to_jsonable, write_json, write_table_csv
+from .serialize import artifact_from_dict, artifact_to_dict, json_bytes, to_jsonable, write_json, write_table_csv
 
-__all__ = ["SEQUENCE_READERS", "atomic_write_bytes", "artifact_from_dict", "artifact_to_dict", "load_sequence",
-           "read_nifti", "sequence_header", "to_jsonable", "write_json", "write_nifti", "write_table_csv"]
+__all__ = ["SEQUENCE_READERS", "atomic_write_bytes", "artifact_from_dict", "artifact_to_dict", "json_bytes",
+           "load_sequence", "read_nifti", "sequence_header", "to_jsonable", "write_json", "write_nifti", "write_table_csv"]

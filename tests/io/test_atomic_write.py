@@ -1,12 +1,16 @@
-"""Deliverables are written atomically with the permissions of any file the user writes."""
+"""Deliverables are written atomically with the permissions of any file the user writes, and JSON
+files are strict JSON."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import stat
 import threading
 
-from bcer.io import nifti
+import numpy as np
+
+from bcer.io import nifti, write_json
 from bcer.io.nifti import atomic_write_bytes
 
 
@@ -28,3 +32,13 @@ def test_a_temp_name_left_by_a_killed_process_is_stepped_over(tmp_path, monkeypa
     nifti.atomic_write_bytes(tmp_path / "out.json", b"{}")
     assert (tmp_path / "out.json").read_bytes() == b"{}"
     assert stale.read_bytes() == b"half a file"  # someone else's file is never opened
+
+
+def test_json_files_are_strict_json_with_numpy_values(tmp_path):
+    def no_constants(name):
+        raise ValueError(f"not JSON: {name}")
+
+    path = write_json({"ef": np.float64("nan"), "n": np.int64(3), "v": np.arange(2), "inf": float("inf"),
+                       1: (0.5, np.float32(1.5))}, tmp_path / "t.json")
+    assert json.loads(path.read_text(), parse_constant=no_constants) == {
+        "ef": None, "n": 3, "v": [0, 1], "inf": None, "1": [0.5, 1.5]}
