@@ -78,13 +78,13 @@ def prostate_case(i: int, family: str) -> dict[str, Any]:
             mask.meta["confidence"])
 
 
-def brain_case(i: int, family: str) -> dict[str, Any]:
+def brain_case(i: int, family: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
     from bcer.datasets.brain import make_brain
     from bcer.tools.registry import call_tool
 
     ph = make_brain(f"b{i}", SEED0[family] + i, size="small", family=family)
     ins = {k.lower(): ph.sequences[k] for k in ("T1", "T1c", "T2", "FLAIR")}
-    mask = call_tool("seg.brain_tumor", ins)["labels"]
+    mask = call_tool("seg.brain_tumor", ins, params or {})["labels"]
     lab = np.asarray(mask.data)
     truth = np.asarray(ph.labels["seg"].data)
     d = {"WT": _dice(lab > 0, truth > 0), "TC": _dice(np.isin(lab, (1, 4)), np.isin(truth, (1, 4)))}
@@ -96,10 +96,10 @@ TOOLS: dict[str, tuple[str, Callable[[int, str], tuple[dict[str, Any], dict[str,
     "brain": ("seg.brain_tumor", brain_case)}
 
 
-def _with_confidence(fn: Callable[[int, str], tuple[dict[str, Any], dict[str, Any]]], i: int,
-                     family: str) -> dict[str, Any]:
+def _with_confidence(fn: Callable[..., tuple[dict[str, Any], dict[str, Any]]], i: int, family: str,
+                     bundle: str | None = None) -> dict[str, Any]:
     """One case: its verdict plus the score and flag the tool itself reported."""
-    rec, conf = fn(i, family)
+    rec, conf = fn(i, family, {"bundle_dir": bundle}) if bundle else fn(i, family)
     return {"case": i, **rec, "score": conf["score"], "parts": conf["parts"], "flagged": conf["low_confidence"],
             "reason": conf.get("reason", "")}
 
@@ -148,7 +148,11 @@ def main() -> None:
     ap.add_argument("--family", choices=["randomised", "heldout"], required=True)
     ap.add_argument("--cases", type=int, nargs=3, default=[30, 80, 60], metavar=("CARDIAC", "PROSTATE", "BRAIN"))
     ap.add_argument("--domains", nargs="+", choices=list(TOOLS), default=list(TOOLS))
+    ap.add_argument("--bundle", default=None, help="brain only: score seg.brain_tumor with this bundle (its "
+                    "mirror agreement); filed under 'bundles' by the bundle's name, the defaults' entries kept")
     args = ap.parse_args()
+    if args.bundle and args.domains != ["brain"]:
+        ap.error("--bundle needs --domains brain")
     import torch
 
     torch.set_num_threads(1)
@@ -159,9 +163,17 @@ def main() -> None:
     for (domain, (tool, fn)), n in zip(TOOLS.items(), args.cases):
         if domain not in args.domains:
             continue
-        cases = [_with_confidence(fn, i, args.family) for i in range(n)]
-        res = {"tool": tool, "method": METHODS[tool], "threshold_in_code": THRESHOLDS[tool], "n": n,
-               "table": table(cases), "cases": cases}
+        cases = [_with_confidence(fn, i, args.family, args.bundle) for i in range(n)]
+        if args.bundle:
+            from bcer.tools.seg.confidence import MIRROR_METHOD
+
+            meta = json.loads((Path(args.bundle) / "configs" / "metadata.json").read_text())
+            res = {"tool": tool, "bundle": f"{meta.get('name')} {meta.get('version')}", "method": MIRROR_METHOD,
+                   "threshold_in_bundle": meta.get("bcer", {}).get("low_confidence_threshold"), "n": n,
+                   "table": table(cases), "cases": cases}
+        else:
+            res = {"tool": tool, "method": METHODS[tool], "threshold_in_code": THRESHOLDS[tool], "n": n,
+                   "table": table(cases), "cases": cases}
         if args.family == "randomised":  # candidate thresholds, for choosing the rule on this family only
             res["p05_right_threshold"] = p05_right(cases)
             res["youden_threshold"] = {how: best_threshold([dict(c, score=_score(c, how)) for c in cases])
@@ -169,8 +181,13 @@ def main() -> None:
         out[domain] = res
         print(domain, res["table"], "youden", res.get("youden_threshold"), f"{time.time() - t0:.0f} s", flush=True)
         data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-        data.setdefault(args.family, {}).update({"seeds_from": SEED0[args.family], **out})
-        data[args.family].setdefault("wall_s", {})[domain] = round(time.time() - t0, 1)
+        if args.bundle:  # beside the defaults' entries, which it does not replace
+            entry = data.setdefault(args.family, {}).setdefault("bundles", {})
+            entry[str(res["bundle"]).split()[0]] = {"seeds_from": SEED0[args.family], **out,
+                                                    "wall_s": round(time.time() - t0, 1)}
+        else:
+            data.setdefault(args.family, {}).update({"seeds_from": SEED0[args.family], **out})
+            data[args.family].setdefault("wall_s", {})[domain] = round(time.time() - t0, 1)
         data["note"] = ("bcer's own synthetic phantom families only. Thresholds chosen on 'randomised' (Youden's "
                         "J), then frozen in bcer/tools/seg/confidence.py before 'heldout' was run.")
         RESULTS.write_text(json.dumps(data, indent=1, default=lambda o: o.item()) + "\n")  # numpy scalars

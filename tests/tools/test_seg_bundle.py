@@ -234,3 +234,63 @@ def test_two_channel_prostate_bundle_needs_adc(tmp_path: Path) -> None:
     assert out["zones"].data.shape == ph.sequences["T2w"].shape
     assert set(np.unique(out["zones"].data)) <= {0, 1, 2}
     np.testing.assert_array_equal(out["gland"].data > 0, out["zones"].data > 0)
+
+
+def _conv_labels(root: Path, stack: np.ndarray) -> np.ndarray:
+    """What a one-layer argmax bundle writes for a (C, X, Y, Z) stack, computed here."""
+    from monai.bundle import ConfigParser
+
+    net_def = json.loads((root / "configs" / "inference.json").read_text())["network_def"]
+    net = ConfigParser({"network_def": net_def}).get_parsed_content("network_def")
+    net.load_state_dict(torch.load(root / "models" / "model.pt"))
+    with torch.no_grad():
+        logits = net(torch.from_numpy(B._normalize(stack, "zscore"))[None])
+    return np.asarray([0, 1, 2, 4])[torch.argmax(logits, dim=1)[0].numpy()]
+
+
+@pytest.mark.parametrize("kernel", [1, 3])
+def test_brain_bundle_confidence_is_its_mirrored_second_reading(tmp_path: Path, kernel: int) -> None:
+    """seg.brain_tumor with a bundle scores itself by the same network on the mirrored contrasts:
+    a pointwise network is mirror-equivariant (score exactly 1); a 3x3x3 one is not, and its
+    score is the Dice computed here from the network itself. The threshold is the bundle's own."""
+    from bcer.contracts.artifacts import Image
+    from bcer.metrics import dice
+    from bcer.tools.registry import call_tool
+    from bcer.tools.seg.confidence import MIRROR_METHOD
+
+    net = {"_target_": "torch.nn.Conv3d", "in_channels": 4, "out_channels": 4, "kernel_size": kernel,
+           "padding": kernel // 2}
+    meta = {"label_values": [0, 1, 2, 4], "low_confidence_threshold": 0.9}
+    root = _tiny_bundle(tmp_path / f"k{kernel}", net, meta, 4)
+    rng = np.random.default_rng(kernel)
+    base = np.zeros((16, 16, 16), np.float32)  # one window of roi 16: no seams between windows
+    base[3:9, 4:14, 4:12] = 1.0  # an off-centre block: the mirror is another image
+    inputs = {p: Image((50 + 40 * base * (k + 1) + rng.normal(0, 5, base.shape)).astype(np.float32), np.eye(4))
+              for k, p in enumerate(("t1", "t1c", "t2", "flair"))}
+    out = call_tool("seg.brain_tumor", inputs, {"bundle_dir": str(root), "roi_size": 16})
+    conf = out["labels"].meta["confidence"]
+    stack = np.stack([inputs[p].data for p in ("t1", "t1c", "t2", "flair")])
+    a, b = _conv_labels(root, stack), _conv_labels(root, np.ascontiguousarray(stack[:, ::-1]))[::-1]
+    np.testing.assert_array_equal(out["labels"].data, a)
+    want = min(dice(np.isin(a, v), np.isin(b, v)) for v in ((1, 2, 4), (1, 4), (4,)))
+    assert conf["method"] == MIRROR_METHOD and conf["threshold"] == 0.9
+    assert conf["score"] == pytest.approx(want, abs=1e-4)
+    assert (conf["score"] == 1.0) if kernel == 1 else (conf["score"] < 0.99)
+    assert conf["low_confidence"] == (want < 0.9)
+    assert out["labels"].meta["flags"]["low_confidence"]["flagged"] == conf["low_confidence"]
+
+
+def test_brain_bundle_without_a_threshold_is_flagged_with_its_score(tmp_path: Path) -> None:
+    from bcer.contracts.artifacts import Image
+    from bcer.tools.registry import call_tool
+
+    net = {"_target_": "torch.nn.Conv3d", "in_channels": 4, "out_channels": 4, "kernel_size": 1}
+    root = _tiny_bundle(tmp_path / "nothr", net, {"label_values": [0, 1, 2, 4]}, 4)
+    rng = np.random.default_rng(0)
+    inputs = {p: Image(rng.uniform(20, 200, (16, 16, 12)).astype(np.float32), np.eye(4))
+              for p in ("t1", "t1c", "t2", "flair")}
+    meta = call_tool("seg.brain_tumor", inputs, {"bundle_dir": str(root), "roi_size": 16})["labels"].meta
+    conf = meta["confidence"]
+    assert conf["score"] == 1.0 and conf["threshold"] is None and conf["low_confidence"] is True
+    assert "low_confidence_threshold" in conf["reason"]
+    assert "no threshold known" in meta["flags"]["low_confidence"]["detail"]

@@ -77,11 +77,13 @@ def test_brats_network_gets_channel_def_order_and_config_roi(tmp_path: Path) -> 
 
     inputs = _brain_inputs((32, 32, 24))  # exactly one window: the network sees the whole volume
     out = call_tool("seg.brain_tumor", inputs, {"bundle_dir": str(root)})
-    assert len(seen) == 1 and seen[0].shape == (1, 4, 32, 32, 24)
-    got = seen[0][0]
+    # one window for the answer, one for its mirrored second reading (the confidence score)
+    assert len(seen) == 2 and all(s.shape == (1, 4, 32, 32, 24) for s in seen)
+    got, mirrored = seen[0][0], seen[1][0]
     order = ["t1c", "t1", "t2", "flair"]  # channel_def: T1c, T1, T2, FLAIR (bcer offers t1 first)
     for k, port in enumerate(order):
         np.testing.assert_allclose(got[k], _zscore(inputs[port].data), atol=1e-4)
+        np.testing.assert_allclose(mirrored[k], _zscore(inputs[port].data)[::-1], atol=1e-4)
         for other in set(order) - {port}:
             assert abs(np.corrcoef(got[k].ravel(), inputs[other].data.ravel())[0, 1]) < 0.1
     meta = out["labels"].meta
@@ -96,7 +98,7 @@ def test_brats_network_gets_channel_def_order_and_config_roi(tmp_path: Path) -> 
     out = call_tool("seg.brain_tumor", _brain_inputs((48, 40, 30), 1), {"bundle_dir": str(root), "roi_size": 20})
     assert seen and all(s.shape[2:] == (24, 24, 24) for s in seen)
     assert out["labels"].meta["roi_size"] == [24, 24, 24]
-    assert (B.cache_info().misses, B.cache_info().hits) == (1, 3)  # one load, three reuses
+    assert B.cache_info().misses == 1 and B.cache_info().hits >= 3  # one load, reused by every call
 
 
 def _conv_bundle(root: Path, inference: dict, metadata: dict, weight: np.ndarray, bias: np.ndarray) -> Path:

@@ -35,7 +35,7 @@ from ...contracts.errors import ErrorCode, ToolError
 from .._checks import require_same_grid, require_volume
 from ..methods import classical_card
 from ..registry import tool
-from .confidence import attach, confidence, dice_by_label
+from .confidence import MIRROR_METHOD, attach, confidence, dice_by_label
 from ._common import BundleParams, fill_holes_2d, largest_component
 
 log = logging.getLogger(__name__)
@@ -208,6 +208,33 @@ def _rerun_agreement(labels: np.ndarray, t1: Image, t1c: Image, t2: Image, flair
     return dice_by_label(labels, again, {"WT": (1, 2, 4), "TC": (1, 4), "ET": (4,)})
 
 
+def _bundle(t1: Image, t1c: Image, t2: Image, flair: Image, params: BrainTumorParams,
+            device: str) -> tuple[np.ndarray, dict, dict]:
+    """Labels from a MONAI bundle, its audit meta, and its confidence: the same bundle on the
+    four contrasts mirrored along the first voxel axis (affine unchanged, so the network sees
+    a mirrored head, a real second reading even for a bundle that reorients its input),
+    mirrored back; threshold from the bundle's metadata (``bcer.low_confidence_threshold``)."""
+    from .bundle import load_bundle, run_bundle
+    from .bundle_labels import BRATS_TARGETS, Channel
+
+    def run(flip: bool) -> tuple[np.ndarray, dict]:
+        # offered in bcer's order; the bundle's channel_def picks its own (BraTS bundles: T1c first)
+        offered = [Channel(seq, port, np.flip(img.data, 0) if flip else img.data) for seq, port, img in
+                   (("T1", "t1", t1), ("T1c", "t1c", t1c), ("T2", "t2", t2), ("FLAIR", "flair", flair))]
+        lab, meta = run_bundle(params.bundle_dir, offered, t1.spacing, device, params.roi_size,
+                               params.sw_batch_size, params.overlap, affine=t1.affine, targets=BRATS_TARGETS)
+        return (np.flip(lab, 0) if flip else lab).astype(np.int16), meta
+
+    labels, meta = run(False)
+    mirrored, _ = run(True)
+    parts = dice_by_label(labels, mirrored, {"WT": (1, 2, 4), "TC": (1, 4), "ET": (4,)})
+    threshold = load_bundle(params.bundle_dir, device).meta.get("bcer", {}).get("low_confidence_threshold")
+    conf = confidence("seg.brain_tumor", parts, "" if threshold is not None else
+                      "the bundle states no bcer.low_confidence_threshold for its mirror agreement",
+                      threshold=None if threshold is None else float(threshold), method=MIRROR_METHOD)
+    return labels, meta, conf
+
+
 CLASSICAL_CARD = classical_card("classical multicontrast thresholds (seg.brain_tumor)", "1.2",
                                "brain mask, enhancement and FLAIR/T2 thresholds learnt per case, core by filling")
 
@@ -234,22 +261,14 @@ def brain_tumor(t1: Image, t1c: Image, t2: Image, flair: Image, params: BrainTum
         require_volume(img, name)
         if name != "t1":
             require_same_grid(t1, img, "t1", name)
-    if p := params.bundle_dir:
-        from .bundle import run_bundle
-        from .bundle_labels import BRATS_TARGETS, Channel
-
-        # offered in bcer's order; the bundle's channel_def picks its own (BraTS bundles: T1c first)
-        offered = [Channel(seq, port, img.data) for seq, port, img in
-                   (("T1", "t1", t1), ("T1c", "t1c", t1c), ("T2", "t2", t2), ("FLAIR", "flair", flair))]
-        labels, meta = run_bundle(p, offered, t1.spacing, device, params.roi_size, params.sw_batch_size,
-                                  params.overlap, affine=t1.affine, targets=BRATS_TARGETS)
-        labels = labels.astype(np.int16)
+    if params.bundle_dir:
+        labels, meta, conf = _bundle(t1, t1c, t2, flair, params, device)
     else:
         labels, meta = _classical(t1, t1c, t2, flair, params)
         meta["method_card"] = CLASSICAL_CARD.model_dump(exclude_defaults=True)
-        meta["agreement"] = _rerun_agreement(labels, t1, t1c, t2, flair, params)
-    parts = meta.pop("agreement", None)
-    attach(meta, confidence("seg.brain_tumor", parts, "" if parts else "no second reading of a bundle's labels"))
+        parts = _rerun_agreement(labels, t1, t1c, t2, flair, params)
+        conf = confidence("seg.brain_tumor", parts, "" if parts else "the rerun found no brain")
+    attach(meta, conf)
     vox = t1.voxel_volume_ml
     meta.update({f"{k}_ml": float(np.count_nonzero(labels == v) * vox) for k, v in
                  (("necrotic", 1), ("oedema", 2), ("enhancing", 4))})

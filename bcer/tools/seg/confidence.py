@@ -15,6 +15,11 @@ header and the case page show):
   TZ between the two answers. The classical fallback is flagged like cardiac's.
 * ``seg.brain_tumor`` (classical): the method rerun with 1.5x its smoothing; score = the lowest
   Dice of WT, TC and ET (an ET absent in both counts as agreement).
+* ``seg.brain_tumor`` (a bundle): test-time mirror. The network also segments the four
+  contrasts mirrored along the first voxel axis; score = the lowest Dice of WT, TC and ET
+  between the two answers. A threshold belongs to a model, so it is read from the bundle's
+  ``configs/metadata.json`` (``bcer.low_confidence_threshold``, chosen on that model's own
+  development data); a bundle that states none is flagged on every case, its score still shown.
 
 ``low_confidence`` is ``score < threshold`` (or no score). The thresholds below were chosen on
 the randomised (development) phantom families before the held-out families were scored
@@ -35,6 +40,7 @@ from ...metrics import dice
 # the 5th percentile of the scores of the right answers there (benchmarks/confidence.py,
 # docs/trust.md): cardiac 30 cines, prostate 80 and brain 60 volumes.
 THRESHOLDS = {"seg.cardiac": 0.671, "seg.prostate": 0.919, "seg.brain_tumor": 0.816}
+MIRROR_METHOD = "test-time mirror of the network along the first voxel axis (lowest Dice of WT, TC, ET)"
 METHODS = {"seg.cardiac": "agreement of the network and the classical method (lowest Dice of LV, MYO, RV)",
            "seg.prostate": "test-time left-right flip of the network (lowest Dice of gland, PZ, TZ)",
            "seg.brain_tumor": "classical method rerun at 1.5x smoothing (lowest Dice of WT, TC, ET)"}
@@ -45,14 +51,18 @@ def dice_by_label(a: np.ndarray, b: np.ndarray, groups: Mapping[str, tuple[int, 
     return {name: float(dice(np.isin(a, vals), np.isin(b, vals))) for name, vals in groups.items()}
 
 
-def confidence(tool: str, parts: dict[str, float] | None, reason: str = "") -> dict[str, Any]:
+def confidence(tool: str, parts: dict[str, float] | None, reason: str = "", *, threshold: float | None = None,
+               method: str | None = None) -> dict[str, Any]:
     """The ``meta["confidence"]`` record of one segmentation: ``parts`` are the agreement
-    scores (None: no second reading could be made, then ``reason`` says why)."""
-    threshold = THRESHOLDS[tool]
+    scores (None: no second reading could be made, then ``reason`` says why). ``method`` and
+    ``threshold`` replace the tool's own when the second reading is another one (a bundle's
+    mirror); with ``method`` given and ``threshold`` None no threshold is known: flagged."""
+    if method is None:
+        method, threshold = METHODS[tool], THRESHOLDS[tool]
     score = min(parts.values()) if parts else None
-    low = score is None or score < threshold
+    low = score is None or threshold is None or score < threshold
     out = {"score": None if score is None else round(float(score), 4), "threshold": threshold,
-           "low_confidence": bool(low), "method": METHODS[tool],
+           "low_confidence": bool(low), "method": method,
            "parts": {k: round(float(v), 4) for k, v in (parts or {}).items()}}
     if reason:
         out["reason"] = reason
@@ -62,12 +72,16 @@ def confidence(tool: str, parts: dict[str, float] | None, reason: str = "") -> d
 def attach(meta: dict[str, Any], conf: dict[str, Any]) -> None:
     """Put ``conf`` in a mask's meta, with its flag for the report header and the case page."""
     meta["confidence"] = conf
-    detail = (f"self-consistency {conf['score']:.3f} < threshold {conf['threshold']:.2f} ({conf['method']})"
-              if conf["score"] is not None else f"no second reading to agree with ({conf.get('reason', '')})")
+    if conf["score"] is None:
+        detail = f"no second reading to agree with ({conf.get('reason', '')})"
+    elif conf["threshold"] is None:
+        detail = f"self-consistency {conf['score']:.3f}, no threshold known ({conf.get('reason', '')}; {conf['method']})"
+    else:
+        detail = f"self-consistency {conf['score']:.3f} < threshold {conf['threshold']:.2f} ({conf['method']})"
     if not conf["low_confidence"]:
         detail = f"self-consistency {conf['score']:.3f} >= threshold {conf['threshold']:.2f} ({conf['method']})"
     meta.setdefault("flags", {})["low_confidence"] = {"flagged": conf["low_confidence"], "detail": detail,
                                                       "score": conf["score"], "threshold": conf["threshold"]}
 
 
-__all__ = ["METHODS", "THRESHOLDS", "attach", "confidence", "dice_by_label"]
+__all__ = ["METHODS", "MIRROR_METHOD", "THRESHOLDS", "attach", "confidence", "dice_by_label"]
