@@ -64,12 +64,12 @@ def cardiac_case(i: int, family: str) -> dict[str, Any]:
     return {"dice": d, "ef_err": ef_err, "wrong": min(d.values()) < 0.80 or ef_err > 5.0}, mask.meta["confidence"]
 
 
-def prostate_case(i: int, family: str) -> dict[str, Any]:
+def prostate_case(i: int, family: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
     from bcer.datasets.prostate import make_prostate
     from bcer.tools.registry import call_tool
 
     ph = make_prostate(f"p{i}", SEED0[family] + i, size="small", family=family)
-    mask = call_tool("seg.prostate", {"t2w": ph.sequences["T2w"]})["gland"]
+    mask = call_tool("seg.prostate", {"t2w": ph.sequences["T2w"]}, params or {})["gland"]
     gland = np.asarray(mask.data) > 0
     truth = np.asarray(ph.labels["gland"].data) > 0
     d = _dice(gland, truth)
@@ -148,11 +148,11 @@ def main() -> None:
     ap.add_argument("--family", choices=["randomised", "heldout"], required=True)
     ap.add_argument("--cases", type=int, nargs=3, default=[30, 80, 60], metavar=("CARDIAC", "PROSTATE", "BRAIN"))
     ap.add_argument("--domains", nargs="+", choices=list(TOOLS), default=list(TOOLS))
-    ap.add_argument("--bundle", default=None, help="brain only: score seg.brain_tumor with this bundle (its "
+    ap.add_argument("--bundle", default=None, help="brain or prostate: score the tool with this bundle (its "
                     "mirror agreement); filed under 'bundles' by the bundle's name, the defaults' entries kept")
     args = ap.parse_args()
-    if args.bundle and args.domains != ["brain"]:
-        ap.error("--bundle needs --domains brain")
+    if args.bundle and args.domains not in (["brain"], ["prostate"]):
+        ap.error("--bundle needs --domains brain or --domains prostate")
     import torch
 
     torch.set_num_threads(1)
@@ -168,7 +168,8 @@ def main() -> None:
             from bcer.tools.seg.confidence import MIRROR_METHOD
 
             meta = json.loads((Path(args.bundle) / "configs" / "metadata.json").read_text())
-            res = {"tool": tool, "bundle": f"{meta.get('name')} {meta.get('version')}", "method": MIRROR_METHOD,
+            res = {"tool": tool, "bundle": f"{meta.get('name')} {meta.get('version')}",
+                   "method": MIRROR_METHOD if domain == "brain" else METHODS[tool],
                    "threshold_in_bundle": meta.get("bcer", {}).get("low_confidence_threshold"), "n": n,
                    "table": table(cases), "cases": cases}
         else:
@@ -183,7 +184,7 @@ def main() -> None:
         data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
         if args.bundle:  # beside the defaults' entries, which it does not replace
             entry = data.setdefault(args.family, {}).setdefault("bundles", {})
-            entry[str(res["bundle"]).split()[0]] = {"seeds_from": SEED0[args.family], **out,
+            entry[Path(args.bundle).name] = {"seeds_from": SEED0[args.family], **out,
                                                     "wall_s": round(time.time() - t0, 1)}
         else:
             data.setdefault(args.family, {}).update({"seeds_from": SEED0[args.family], **out})

@@ -53,6 +53,27 @@ def test_brain_self_consistency_is_the_rerun_dice() -> None:
     assert base.meta["method_card"]["kind"] == "classical" and base.meta["flags"]["low_confidence"]["flagged"] is conf["low_confidence"]
 
 
+def test_a_prostate_bundle_states_its_own_flag_threshold(tmp_path) -> None:
+    """The shipped prostate network is judged by the default threshold; a copy whose metadata
+    states ``bcer.low_confidence_threshold`` by its own, on the same flip agreement score."""
+    import json
+
+    from bcer.datasets.prostate import make_prostate
+
+    ph = make_prostate("p", 3, size="small")
+    shipped = call_tool("seg.prostate", {"t2w": ph.sequences["T2w"]})["gland"].meta["confidence"]
+    assert shipped["threshold"] == THRESHOLDS["seg.prostate"] and shipped["score"] is not None
+    own = tmp_path / "retrained"
+    shutil.copytree(SHIPPED_DIR / "prostate_unet3d", own)
+    meta = json.loads((own / "configs" / "metadata.json").read_text())
+    cut = round(shipped["score"] + 0.01, 4)  # just above this case's score: flagged by its own cut
+    meta["bcer"]["low_confidence_threshold"] = cut
+    (own / "configs" / "metadata.json").write_text(json.dumps(meta))
+    conf = call_tool("seg.prostate", {"t2w": ph.sequences["T2w"]}, {"bundle_dir": str(own)})["gland"].meta["confidence"]
+    assert conf["score"] == shipped["score"] and conf["method"] == shipped["method"]
+    assert conf["threshold"] == cut and conf["low_confidence"] is True
+
+
 def test_cardiac_classical_alone_has_nothing_to_agree_with() -> None:
     ph = make_cardiac("c", 3, size="small", group="NOR")
     m = call_tool("seg.cardiac", {"cine": ph.sequences["CINE"]}, {"method": "classical"})["labels"]

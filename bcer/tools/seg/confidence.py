@@ -12,7 +12,9 @@ header and the case page show):
   None and the case is flagged.
 * ``seg.prostate`` (network): test-time flip. The network also segments the left-right
   mirrored volume (the canonical grid's first axis); score = the lowest Dice of gland, PZ and
-  TZ between the two answers. The classical fallback is flagged like cardiac's.
+  TZ between the two answers. The classical fallback is flagged like cardiac's. A retrained
+  network's bundle may state its own threshold (``bcer.low_confidence_threshold``); the
+  shipped one's is below.
 * ``seg.brain_tumor`` (classical): the method rerun with 1.5x its smoothing; score = the lowest
   Dice of WT, TC and ET (an ET absent in both counts as agreement).
 * ``seg.brain_tumor`` (a bundle): test-time mirror. The network also segments the four

@@ -146,5 +146,7 @@ def segment(t2w: Image, bundle_dir: str | Path, device: str = "cpu", overlap: fl
             "bundle_version": bundle.meta.get("version", ""), "canonical_spacing": list(spacing),
             "canonical_shape": list(grid[1]), "roi_size": list(bundle.roi_size), "overlap": overlap,
             "device": device, "mean_gland_probability": float(1.0 - on_t2[0][gland].mean()),
-            "agreement": agreement}
+            "agreement": agreement,
+            # a flag threshold belongs to the model: a retrained bundle states its own
+            "low_confidence_threshold": opts.get("low_confidence_threshold")}
     return zones, meta
