@@ -1,0 +1,65 @@
+"""The brain-tumour training script's synthesis (scripts/train_brain_dr.py): four contrasts
+on one geometry, targets that are the tumour labels, the two contrast modes."""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "train_brain_dr.py"
+
+
+@pytest.fixture(scope="module")
+def T():
+    spec = importlib.util.spec_from_file_location("train_brain_dr", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["train_brain_dr"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def base(T):
+    return T.template()
+
+
+def test_label_maps_hold_anatomy_and_tumours(T, base) -> None:
+    tissue, brain, affine = base
+    assert set(np.unique(tissue)) == {0, T.CSF, T.GM, T.WM}
+    assert 1.2e6 < brain.sum() * T.SPACING ** 3 < 2.0e6  # an adult brain, 1.2-2.0 L, in mm³
+    maps = [T.label_map(i, base) for i in range(12)]
+    assert all(((m == 1) | (m == 2) | (m == 4))[~brain].sum() == 0 for m in maps)  # tumours inside the brain
+    assert sum(bool(np.isin(m, (1, 2, 4)).any()) for m in maps) >= 9  # most maps carry a tumour
+    assert any((m == T.SCALP).any() for m in maps) and any(not (m == T.SCALP).any() for m in maps)
+
+
+def test_four_contrasts_share_one_geometry_and_the_targets(T, base, monkeypatch) -> None:
+    """With blur, noise, bias and warps switched off every label is one constant per contrast:
+    the within-label SD is 0 in all four channels exactly when image and target line up."""
+    flat = dataclasses.replace(T.BRAIN_RANGES, noise=(0.0, 0.0), bias=0.0, std=(0.0, 0.0), inplane_mm=(0.5, 0.5),
+                               thickness_mm=(0.5, 0.5), gap_mm=(0.0, 0.0), elastic_mm=0.0, rotate_deg=0.0,
+                               scale=(1.0, 1.0), shear=0.0, gamma=(1.0, 1.0))
+    monkeypatch.setattr(T, "BRAIN_RANGES", flat)
+    lab = next(m for m in (T.label_map(i, base) for i in range(20)) if (m == 4).any() and (m == 1).any())
+    x, y = T.draw(lab, base[2], np.random.default_rng(3))
+    assert x.shape[0] == 4 and x.shape[1:] == y.shape and set(np.unique(y)) <= {0, 1, 2, 3}
+    for k in (1, 2, 3):
+        assert (y == k).sum() > 10
+        assert max(float(x[c][y == k].std()) for c in range(4)) < 1e-5
+    # the target counts equal the label map's (flips and permutations keep voxels; the field
+    # of view may cut, never add)
+    for k, v in ((1, 1), (2, 2), (3, 4)):
+        assert 0 < (y == k).sum() <= (lab == v).sum()
+
+
+def test_prior_draws_make_enhancing_brighter_on_t1c_than_t1(T, base) -> None:
+    lab = next(m for m in (T.label_map(i, base) for i in range(20)) if (m == 4).any())
+    rng, et, wm = np.random.default_rng(0), lab == 4, lab == T.WM
+    ratio = {c: np.mean([(img := T.prior_image(lab, rng, c, T.BRAIN_RANGES))[et].mean() / img[wm].mean()
+                         for _ in range(20)]) for c in ("T1", "T1c")}
+    # the phantom's tables: enhancing/WM is 1.25/0.86 on T1c and 0.50/0.85 on T1 (jitter +-30 % each)
+    assert ratio["T1c"] == pytest.approx(1.25 / 0.86, rel=0.15) and ratio["T1"] == pytest.approx(0.5 / 0.85, rel=0.15)
