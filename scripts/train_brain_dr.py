@@ -232,6 +232,8 @@ def train(args: argparse.Namespace) -> tuple[torch.nn.Module, dict[str, Any]]:
 
     torch.manual_seed(args.seed)
     net = ConfigParser({"network_def": NET_DEF}).get_parsed_content("network_def")
+    if args.init:  # continue a finished run: same network, new image draws (pass another --seed)
+        net.load_state_dict(torch.load(args.init / "models" / "model.pt", map_location="cpu"))
     opt = torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=1e-4)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=args.steps, pct_start=0.05)
     # Dice over the batch and over the tumour classes only: a crop without necrosis must not
@@ -257,6 +259,14 @@ def train(args: argparse.Namespace) -> tuple[torch.nn.Module, dict[str, Any]]:
                         "final_loss": round(float(np.mean(losses[-200:])), 4)}
 
 
+def _init_record(init: Path | None) -> dict[str, Any] | None:
+    """What a continued run started from: the earlier bundle's version and its training record."""
+    if init is None:
+        return None
+    meta = json.loads((init / "configs" / "metadata.json").read_text())
+    return {"version": meta["version"], "training": meta["training"]}
+
+
 def write_bundle(net: torch.nn.Module, args: argparse.Namespace, run: dict[str, Any]) -> None:
     out = args.out
     (out / "configs").mkdir(parents=True, exist_ok=True)
@@ -279,6 +289,7 @@ def write_bundle(net: torch.nn.Module, args: argparse.Namespace, run: dict[str, 
                                      "channel_def": {0: "background", 1: "necrotic_core", 2: "oedema",
                                                      3: "enhancing"}}}},
             "training": {"script": "scripts/train_brain_dr.py", "steps": args.steps, **run, "batch": args.batch,
+                         "initialised_from": _init_record(args.init),
                          "p_prior_contrast": P_PRIOR, "prior_jitter": PRIOR_JITTER,
                          "lr": args.lr, "n_label_maps": args.n_maps, "seed": args.seed,
                          "train_seeds": [TRAIN_SEED0, f"0..{args.n_maps - 1}"],
@@ -301,6 +312,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--version", default="0.1.0")
+    ap.add_argument("--init", type=Path, default=None, help="a bundle written by this script to continue from")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     torch.set_num_threads(args.threads)

@@ -10,6 +10,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 import pytest
+from scipy import ndimage
 from pydantic import ValidationError
 
 from bcer.contracts import (Case, ErrorCode, PlausibilityCheck, SequenceRef, TaskContract, ToolError, list_contracts,
@@ -338,6 +339,35 @@ def test_brain_margin_and_inputs_that_are_not_skull_stripped(tmp_path) -> None:
                                                                                           t1.astype(np.float32), aff)))})
     seg = nii(tmp_path / "seg.nii.gz", _labels(shape, (20, 20, 15)), aff)
     assert run("tumour_in_brain", tmp_path, {"seg": seg}, "seg", c=case_).ok
+
+
+def test_tumour_in_the_scalp_of_a_head_that_was_not_skull_stripped_fails(tmp_path) -> None:
+    """On a head with its skull (an independent-family case), the brain is the region inside
+    the bone shell, read from all four contrasts: a label map in the scalp fails, the true
+    tumour passes. With the head mask as the brain (the old rule) the scalp passed."""
+    from bcer.datasets.independent import make_tumour_case
+    from bcer.engine.plausibility.brain import brain_mask
+    from bcer.engine.plausibility.core import Volume
+
+    ph = make_tumour_case("ind007", 7, "multifocal", "right", "HGG")
+    aff = np.asarray(ph.sequences["T1"].affine)
+    seqs = {k: SequenceRef(path=str(nii(tmp_path / f"{k}.nii.gz", np.asarray(ph.sequences[k].data, np.float32), aff)))
+            for k in ("T1", "T1c", "T2", "FLAIR")}
+    c = Case(id="ind007", root=str(tmp_path), sequences=seqs)
+    truth, brain = np.asarray(ph.labels["seg"].data), np.asarray(ph.labels["brain"].data) > 0
+    t1 = np.asarray(ph.sequences["T1"].data)
+    head = t1 > 0.1 * np.percentile(t1, 99)
+    scalp = head & ~ndimage.binary_dilation(brain, iterations=4)  # scalp and bone, well clear of the brain
+    scalp &= np.indices(t1.shape)[0] < np.percentile(np.argwhere(scalp)[:, 0], 25)  # one side of it
+    wrong = nii(tmp_path / "scalp.nii.gz", np.where(scalp, 4, 0).astype(np.int16), aff)
+    right = nii(tmp_path / "seg.nii.gz", truth.astype(np.int16), aff)
+    assert run("tumour_in_brain", tmp_path, {"seg": right}, "seg", c=c).ok
+    bad = run("tumour_in_brain", tmp_path, {"seg": wrong}, "seg", c=c)
+    assert not bad.ok and "bone shell" in bad.message
+    mask, how = brain_mask([Volume(np.asarray(ph.sequences[k].data), aff) for k in ("T1", "T1c", "T2", "FLAIR")])
+    assert "4 contrast" in how and not (mask & scalp).any()
+    old = ndimage.binary_fill_holes(head)
+    assert old[scalp].all()  # the old rule's brain held every scalp voxel
 
 
 def test_tumour_in_brain_from_feature_centroids(tmp_path, brain) -> None:

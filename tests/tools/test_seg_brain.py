@@ -69,3 +69,24 @@ def test_error_paths() -> None:
     with pytest.raises(ToolError) as e:
         call_tool("seg.brain_tumor", inp, {"overlap": 1.5})
     assert e.value.code == ErrorCode.value_range
+
+
+def test_enhancing_scalp_of_a_head_that_was_not_skull_stripped_is_not_tumour(monkeypatch) -> None:
+    """The independent family's case that exposed it (ind007: two foci, head with skull and a
+    scalp 40 % brighter on T1c than on T1). With the whole head as 'brain' the segmenter took
+    135 mL of scalp for enhancing tumour (WT Dice 0); inside the bone shell it finds the foci."""
+    from bcer.datasets.independent import make_tumour_case
+    from bcer.tools import skull
+    from bcer.tools.seg import brain_tumor as bt
+
+    ph = make_tumour_case("ind007", 7, "multifocal", "right", "HGG")
+    assert ph.truth["skull_stripped"] is False
+    truth, brain = np.asarray(ph.labels["seg"].data) > 0, np.asarray(ph.labels["brain"].data) > 0
+    out = call_tool("seg.brain_tumor", _inputs(ph))
+    wt = out["wt"].data > 0
+    assert dice(wt, truth) >= 0.9 and not (wt & ~brain).any()
+    assert out["labels"].meta["skull_stripped_here"] is True
+    # control: the same case with the head mask standing in for the brain (the old rule)
+    monkeypatch.setattr(bt, "strip_skull", lambda stack, head: skull.Stripped(head, False, 1.0, "off"))
+    old = call_tool("seg.brain_tumor", _inputs(ph))["wt"].data > 0
+    assert dice(old, truth) < 0.1 and (old & ~brain).sum() > 0.5 * old.sum()

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from scipy import ndimage
 
 from ...metrics import dice
+from ...tools.skull import strip_skull
 from .core import Inputs, Unavailable, Verdict, Volume, check, grid_points, number, world_to_voxel
 
 
@@ -43,17 +44,23 @@ class BrainParams(BaseModel):
     margin_mm: float = Field(2.0, ge=0, description="the brain mask is grown by this much (partial-volume rim)")
 
 
-def brain_mask(vol: Volume) -> tuple[np.ndarray, str]:
-    """The brain on an input's grid. Skull-stripped inputs (BraTS: background exactly 0) give it
-    directly; otherwise the head (signal above 10 % of the 99th percentile) stands in."""
-    data = np.asarray(vol.data)
+def brain_mask(vols: Volume | list[Volume]) -> tuple[np.ndarray, str]:
+    """The brain on the first input's grid. Skull-stripped inputs (BraTS: background exactly 0)
+    give it directly; otherwise the head (signal above 10 % of the 99th percentile) is cut to
+    the region inside its dark bone shell (:func:`bcer.tools.skull.strip_skull`, from every
+    input on that grid), or stands in whole when no shell is found."""
+    vols = [vols] if isinstance(vols, Volume) else vols
+    data = np.asarray(vols[0].data)
     if data.ndim != 3:
         raise Unavailable(f"input has shape {data.shape}; need 3-D")
     if float(np.mean(data == 0)) >= 0.05:
-        m, how = data != 0, "non-zero voxels of the skull-stripped input"
-    else:
-        m, how = data > 0.1 * np.percentile(data, 99), "head mask (input is not skull-stripped)"
-    return ndimage.binary_fill_holes(m), how
+        return ndimage.binary_fill_holes(data != 0), "non-zero voxels of the skull-stripped input"
+    head = ndimage.binary_fill_holes(data > 0.1 * np.percentile(data, 99))
+    stack = np.stack([np.asarray(v.data, np.float64) for v in vols if np.shape(v.data) == data.shape])
+    strip = strip_skull(stack, head)
+    if strip.stripped:
+        return strip.brain, f"brain inside the bone shell of the head, from {len(stack)} contrast(s)"
+    return head, f"head mask (input is not skull-stripped; {strip.reason})"
 
 
 def inside_mask(mask: np.ndarray, affine: np.ndarray, points: np.ndarray, margin_vox: int) -> np.ndarray:
@@ -73,6 +80,19 @@ def inside_mask(mask: np.ndarray, affine: np.ndarray, points: np.ndarray, margin
     return out
 
 
+def _contrasts(x: Inputs, names: list[str]) -> list[Volume]:
+    """Every sequence of ``names`` the case has, in that order (the skull strip reads them all)."""
+    out: list[Volume] = []
+    for name in names:
+        try:
+            vol = x.sequence(name)
+        except Unavailable:
+            continue
+        if all(vol is not v for v in out):
+            out.append(vol)
+    return out
+
+
 @check("tumour_in_brain", BrainParams)
 def tumour_in_brain(x: Inputs, p: BrainParams) -> Verdict:
     """The tumour lies inside the brain: at least 95 % of its voxels (a label map or mask
@@ -82,7 +102,7 @@ def tumour_in_brain(x: Inputs, p: BrainParams) -> Verdict:
     the brain volume (our choice: a "tumour" that large is a mask that leaked). Value: the
     share inside."""
     inp = x.sequence(p.sequence)
-    brain, how = brain_mask(inp)
+    brain, how = brain_mask(_contrasts(x, p.sequence))
     brain_ml = float(brain.sum()) * inp.voxel_ml
     margin = int(np.ceil(p.margin_mm / inp.spacing.min())) if p.margin_mm > 0 else 0
     if x.path().name.endswith((".nii", ".nii.gz")):

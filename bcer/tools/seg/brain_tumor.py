@@ -5,8 +5,10 @@ With ``bundle_dir`` a local MONAI bundle does the work: its input channels in th
 flair), its classes mapped by name to the BraTS labels (TC/WT/ET regions or per-class). Otherwise a classical multi-contrast method whose every threshold is learned
 from the case itself:
 
-1. brain mask: Otsu on the mean of the contrasts (each scaled by its 99th percentile),
-   largest component, holes filled;
+1. brain mask: the head is Otsu on the mean of the contrasts (each scaled by its 99th
+   percentile), largest component, holes filled; on a head that was not skull-stripped the
+   brain is the region inside the dark bone shell (``bcer.tools.skull``), so enhancing
+   scalp is never taken for tumour;
 2. each contrast is divided by its median inside the brain (normal tissue dominates, so
    the median is a normal-tissue reference, robust to the tumour and to scanner scale);
 3. enhancing tumour (ET): T1c minus T1 (contrast uptake) beyond both a robust z of 4 and
@@ -35,6 +37,7 @@ from ...contracts.errors import ErrorCode, ToolError
 from .._checks import require_same_grid, require_volume
 from ..methods import classical_card
 from ..registry import tool
+from ..skull import strip_skull
 from .confidence import MIRROR_METHOD, attach, confidence, dice_by_label
 from ._common import BundleParams, fill_holes_2d, largest_component
 
@@ -62,7 +65,7 @@ class BrainTumorSeg(NamedTuple):
     et: Mask
 
 
-def _brain_mask(stack: np.ndarray) -> np.ndarray:
+def _head_mask(stack: np.ndarray) -> np.ndarray:
     scaled = [c / max(float(np.percentile(c, 99)), 1e-6) for c in stack]
     mean = ndi.gaussian_filter(np.mean(scaled, axis=0), 1.0)
     brain = largest_component(mean > threshold_otsu(mean), _CONN)
@@ -170,7 +173,8 @@ def _core(wt: np.ndarray, et: np.ndarray, flair: np.ndarray, t1c: np.ndarray, ha
 
 def _classical(t1: Image, t1c: Image, t2: Image, flair: Image, p: BrainTumorParams) -> tuple[np.ndarray, dict]:
     raw = np.stack([np.asarray(x.data, np.float64) for x in (t1, t1c, t2, flair)])
-    brain = _brain_mask(raw)
+    strip = strip_skull(raw, _head_mask(raw))
+    brain = strip.brain
     if brain.sum() < 100:
         raise ToolError(ErrorCode.value_range, "no brain found: the contrasts are (nearly) empty",
                         arg="t1")
@@ -193,7 +197,7 @@ def _classical(t1: Image, t1c: Image, t2: Image, flair: Image, p: BrainTumorPara
     labels[et] = 4
     meta = {"method": "classical_multicontrast", "flair_threshold_rel": fl_thr,
             "enhancement_threshold_rel": et_thr, "enhancing_present": has_et,
-            "brain_voxels": int(brain.sum())}
+            "brain_voxels": int(brain.sum()), **strip.record()}
     return labels, meta
 
 
@@ -235,11 +239,11 @@ def _bundle(t1: Image, t1c: Image, t2: Image, flair: Image, params: BrainTumorPa
     return labels, meta, conf
 
 
-CLASSICAL_CARD = classical_card("classical multicontrast thresholds (seg.brain_tumor)", "1.2",
-                               "brain mask, enhancement and FLAIR/T2 thresholds learnt per case, core by filling")
+CLASSICAL_CARD = classical_card("classical multicontrast thresholds (seg.brain_tumor)", "1.3",
+                               "brain inside the bone shell, enhancement and FLAIR/T2 thresholds learnt per case, core by filling")
 
 
-@tool("seg.brain_tumor", version="1.2", milestone="segmentation",
+@tool("seg.brain_tumor", version="1.3", milestone="segmentation",
       resources={"num_cpus": 1, "memory_mb": 2048}, gpu="optional")
 def brain_tumor(t1: Image, t1c: Image, t2: Image, flair: Image, params: BrainTumorParams,
                 device: str = "cpu") -> BrainTumorSeg:
