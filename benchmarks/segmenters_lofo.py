@@ -15,7 +15,9 @@ cardiac: LVEF error <= 5 points; prostate: gland Dice >= 0.85; brain: WT Dice >=
 The defaults were not replaced (no GPU; two shared CPU cores). ``--candidate TOOL=DIR`` scores
 a retrained model instead (the fold that leaves the independent family out:
 ``scripts/train_prostate_dr.py``, ``train_cardiac_dr.py``, ``train_brain_dr.py``) and files its
-table under ``candidates``, beside the defaults'.
+table under ``candidates``, beside the defaults'. ``--label NAME`` files a run under
+``runs.NAME`` instead, with the versions of the segmenters it ran: a method change scored on
+fresh cases (another ``--seed``) beside the method it replaces, run from a checkout of each.
 One thread, one case per task in flight; about 5-10 min on a shared 2-core machine for 10
 cases per domain.
 
@@ -212,6 +214,16 @@ def case_record(task: str, row: dict[str, Any], case: Any, run_dir: Path, flags:
     return rec
 
 
+SEGMENTER = {"cardiac_report": "seg.cardiac", "prostate_report": "seg.prostate", "brain_report": "seg.brain_tumor"}
+
+
+def _versions(tasks: tuple[str, ...]) -> dict[str, str]:
+    """The version of each task's segmenter in the bcer this run imported."""
+    from bcer.tools.registry import get_tool
+
+    return {SEGMENTER[t]: get_tool(SEGMENTER[t]).spec.version for t in tasks}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", type=int, default=10, help="cases per domain")
@@ -222,6 +234,9 @@ def main() -> None:
     ap.add_argument("--candidate", metavar="TOOL=DIR", default=None,
                     help="score a retrained candidate instead of the default (e.g. seg.prostate=benchmarks/models/"
                          "prostate_unet3d_dr); its table goes under 'candidates' in --out, beside the defaults'")
+    ap.add_argument("--label", default=None,
+                    help="file this run under 'runs.LABEL' in --out (with the segmenters' versions) instead of "
+                         "replacing the defaults' table: e.g. a method change on fresh cases (--seed 1)")
     args = ap.parse_args()
     tasks = tuple(args.tasks)
     logging.basicConfig(level=logging.WARNING)
@@ -265,7 +280,13 @@ def main() -> None:
                                 "cases": cases}
     doc["table"] = headline(doc["domains"])
     doc["wall_s"] = round(time.time() - t0, 1)
-    if bundles:  # a candidate sits beside the defaults' table, which it does not replace
+    if args.label:  # a labelled run sits beside the defaults' table, which it does not replace
+        run = {"segmenters": _versions(tasks), **{k: doc[k] for k in ("command", "machine", "synth_s", "wall_s", "date",
+                                                                      "table", "domains")}}
+        run["command"] += f" --tasks {' '.join(tasks)} --label '{args.label}'"
+        doc = _json(args.out) or {}
+        doc.setdefault("runs", {})[args.label] = run
+    elif bundles:  # a candidate sits beside the defaults' table, which it does not replace
         tool, folder = next(iter(bundles.items()))
         meta = _json(ROOT / folder / "configs" / "metadata.json") or {}
         cand = {"tool": tool, "bundle": folder, "name": meta.get("name"), "version": meta.get("version"),
@@ -274,11 +295,15 @@ def main() -> None:
         cand["command"] += f" --tasks {' '.join(tasks)} --candidate {args.candidate}"
         doc = _json(args.out) or {}
         doc.setdefault("candidates", {})[str(meta.get("name") or folder)] = cand
+    else:  # the defaults' table: the candidates and labelled runs already filed stay
+        kept = _json(args.out) or {}
+        doc.update({"segmenters": _versions(tasks), **{k: kept[k] for k in ("candidates", "runs") if k in kept}})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1, default=lambda o: o.item() if hasattr(o, "item") else str(o)) + "\n")
-    for task, d in (cand["domains"] if bundles else doc["domains"]).items():
+    shown = run if args.label else cand if bundles else doc
+    for task, d in shown["domains"].items():
         print(task, json.dumps(d["summary"]), json.dumps(d["low_confidence"]))
-    print(f"-> {args.out} ({(cand if bundles else doc)['wall_s']} s)")
+    print(f"-> {args.out} ({shown['wall_s']} s)")
 
 
 if __name__ == "__main__":
