@@ -276,7 +276,8 @@ def write_bundle(net: torch.nn.Module, args: argparse.Namespace, run: dict[str, 
     shape = {"type": "image", "spatial_shape": list(ROI), "dtype": "float32"}
     meta = {"name": "brain_tumor_unet3d_dr", "version": args.version, "task": "brain tumour segmentation (BraTS labels)",
             "description": "3-D UNet for BraTS labels (1 necrotic core, 2 oedema, 4 enhancing) from T1, T1c, T2 and "
-                           "FLAIR at 3 mm, trained from scratch by scripts/train_brain_dr.py on domain-randomised "
+                           "FLAIR at 3 mm, trained by scripts/train_brain_dr.py (from scratch, or continued from an "
+                           "earlier version: training.initialised_from) on domain-randomised "
                            "images synthesised from label maps (MNI152 anatomy, phantom and ellipsoid tumours). "
                            "Synthetic training only, not validated on patient scans. Not for clinical use.",
             "monai_version": __import__("monai").__version__,
