@@ -38,10 +38,11 @@ class Stripped:
     stripped: bool  # True: a shell was found and removed; False: ``brain`` is the head mask
     brain_fraction: float  # the region's share of the head mask
     reason: str
+    scalp_left_in: bool = False  # a head with its skull whose brain could not be cut out: scalp counts as brain
 
     def record(self) -> dict[str, object]:
         return {"skull_stripped_here": self.stripped, "brain_fraction_of_head": round(self.brain_fraction, 3),
-                "skull_strip": self.reason}
+                "skull_strip": self.reason, "scalp_left_in": self.scalp_left_in}
 
 
 def _reaches_surface(region: np.ndarray, head: np.ndarray) -> bool:
@@ -69,7 +70,7 @@ def strip_skull(stack: np.ndarray, head: np.ndarray) -> Stripped:
     bright = head & (np.max(norm, axis=0) >= DARK_FRACTION)
     lab, n = ndi.label(ndi.binary_erosion(bright, _CONN), _CONN)
     if n == 0:
-        return Stripped(head, False, 0.0, "no bright region left after erosion; head mask kept")
+        return Stripped(head, False, 0.0, "no bright region left after erosion; head mask kept", True)
     core = lab == 1 + int(np.argmax(np.bincount(lab.ravel())[1:]))
     brain = ndi.binary_fill_holes(ndi.binary_dilation(core, _CONN) & bright)
     frac = float(brain.sum()) / n_head
@@ -77,8 +78,9 @@ def strip_skull(stack: np.ndarray, head: np.ndarray) -> Stripped:
         return Stripped(head, False, frac, "no dark shell around the brain (input already skull-stripped)")
     if _reaches_surface(brain, head):
         return Stripped(head, False, frac, "the region inside the dark shell reaches the head's surface (the shell "
-                                           "is open); head mask kept")
+                                           "is open); head mask kept", True)
     if frac < MIN_BRAIN_FRACTION:  # e.g. the erosion split the brain, or a non-brain piece was larger
         return Stripped(head, False, frac, f"the region inside the dark shell is {100 * frac:.0f} % of the head "
-                                           f"(< {100 * MIN_BRAIN_FRACTION:.0f} %): shell not found, head mask kept")
+                                           f"(< {100 * MIN_BRAIN_FRACTION:.0f} %): shell not found, head mask kept",
+                        True)
     return Stripped(brain, True, frac, "brain inside the dark (bone) shell")

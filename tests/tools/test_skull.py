@@ -43,7 +43,7 @@ def test_the_brain_and_its_csf_are_kept_and_the_scalp_dropped() -> None:
     head = ndi.binary_fill_holes(stack.mean(0) > 0.3 * np.percentile(stack.mean(0), 99))
     s = strip_skull(stack, head)
     inside = parts["brain"] | parts["csf"]
-    assert s.stripped and s.reason == "brain inside the dark (bone) shell"
+    assert s.stripped and s.reason == "brain inside the dark (bone) shell" and not s.scalp_left_in
     assert (s.brain & inside).sum() == inside.sum()  # all of the brain and its CSF
     assert (s.brain & parts["scalp"]).sum() == 0
     # beyond them, only the bone's inner partial-volume rim (one voxel)
@@ -64,7 +64,7 @@ def test_a_skull_stripped_input_is_returned_unchanged() -> None:
     brain = parts["brain"] | parts["csf"]
     stripped = np.where(brain, stack, 0.0)
     s = strip_skull(stripped, brain)
-    assert not s.stripped and "already skull-stripped" in s.reason
+    assert not s.stripped and "already skull-stripped" in s.reason and not s.scalp_left_in
     assert np.array_equal(s.brain, brain)
 
 
@@ -74,7 +74,7 @@ def test_an_open_shell_joins_the_scalp_and_the_rule_keeps_the_head() -> None:
     stack, parts = _head(gap=True)
     head = ndi.binary_fill_holes(stack.mean(0) > 0.3 * np.percentile(stack.mean(0), 99))
     s = strip_skull(stack, head)
-    assert not s.stripped and "reaches the head's surface" in s.reason
+    assert not s.stripped and "reaches the head's surface" in s.reason and s.scalp_left_in
     assert np.array_equal(s.brain, head)
     surface = head & ~ndi.binary_erosion(head, ndi.generate_binary_structure(3, 1))
     joined = (parts["brain"] | parts["csf"] | parts["scalp"]) & surface
@@ -92,8 +92,25 @@ def test_a_region_too_small_to_be_a_brain_falls_back_to_the_head(monkeypatch) ->
     monkeypatch.setattr(skull, "MIN_BRAIN_FRACTION", 0.6)
     s = strip_skull(stack, head)
     assert not s.stripped and s.brain_fraction < 0.6 and np.array_equal(s.brain, head) and "60 %" in s.reason
+    assert s.scalp_left_in
 
 
 def test_an_empty_head_is_reported() -> None:
     s = strip_skull(np.zeros((2, 8, 8, 8)), np.zeros((8, 8, 8), bool))
     assert not s.stripped and s.reason == "empty head mask"
+
+
+def test_seg_brain_tumor_flags_a_head_whose_scalp_it_could_not_remove() -> None:
+    """An open shell leaves the scalp in the 'brain': the label map says so in a flag that the
+    report header and the case page show; a closed shell raises no such flag."""
+    from bcer.contracts.artifacts import Image
+    from bcer.tools.registry import call_tool
+
+    aff = np.diag([2.0, 2.0, 2.0, 1.0])
+    for gap, flagged in ((True, True), (False, False)):
+        stack, _ = _head(gap=gap)
+        ports = {p: Image(stack[k].astype(np.float32), aff, {}) for k, p in enumerate(("t1", "t1c", "t2", "flair"))}
+        meta = call_tool("seg.brain_tumor", ports)["labels"].meta
+        assert meta["scalp_left_in"] is flagged
+        flag = (meta.get("flags") or {}).get("skull_not_removed")
+        assert (flag is not None and flag["flagged"] and "skull-strip the input" in flag["detail"]) is flagged

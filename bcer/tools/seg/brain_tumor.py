@@ -198,6 +198,9 @@ def _classical(t1: Image, t1c: Image, t2: Image, flair: Image, p: BrainTumorPara
     meta = {"method": "classical_multicontrast", "flair_threshold_rel": fl_thr,
             "enhancement_threshold_rel": et_thr, "enhancing_present": has_et,
             "brain_voxels": int(brain.sum()), **strip.record()}
+    if strip.scalp_left_in:  # a person must see that scalp may have been taken for tumour
+        meta["flags"] = {"skull_not_removed": {"flagged": True, "detail": f"{strip.reason}: enhancing or FLAIR-bright "
+                                               "scalp may be labelled as tumour; skull-strip the input first"}}
     return labels, meta
 
 
