@@ -281,8 +281,8 @@ def main() -> None:
     doc["table"] = headline(doc["domains"])
     doc["wall_s"] = round(time.time() - t0, 1)
     if args.label:  # a labelled run sits beside the defaults' table, which it does not replace
-        run = {"segmenters": _versions(tasks), **{k: doc[k] for k in ("command", "machine", "synth_s", "wall_s", "date",
-                                                                      "table", "domains")}}
+        keep = ("command", "machine", "synth_s", "wall_s", "date", "table", "domains")
+        run = {"segmenters": _versions(tasks), **{k: doc[k] for k in keep}}
         run["command"] += f" --tasks {' '.join(tasks)} --label '{args.label}'"
         doc = _json(args.out) or {}
         doc.setdefault("runs", {})[args.label] = run

@@ -14,9 +14,11 @@ brain keeps its CSF; on T1 alone CSF is dark and the brain comes out without it.
 The result is checked before use. A skull-stripped input has no shell, so the region is the
 whole foreground; a region that reaches the head's outer surface went through an opening in
 the bone; a region below ``MIN_BRAIN_FRACTION`` of the head means the shell was not where the
-rule expects it. In each case the head mask is returned unchanged and the record says why. Not a replacement for a trained brain extractor on patient scans (HD-BET,
-SynthStrip): the rule assumes a closed bone shell, and a face, neck or sinus can join the
-brain where the shell is open.
+rule expects it. In each case the head mask is returned unchanged and the record says why.
+
+Not a replacement for a trained brain extractor on patient scans (HD-BET, SynthStrip): the
+rule assumes a closed bone shell, and a face, neck or sinus can join the brain where the
+shell is open.
 """
 from __future__ import annotations
 

@@ -243,7 +243,8 @@ def _bundle(t1: Image, t1c: Image, t2: Image, flair: Image, params: BrainTumorPa
 
 
 CLASSICAL_CARD = classical_card("classical multicontrast thresholds (seg.brain_tumor)", "1.3",
-                               "brain inside the bone shell, enhancement and FLAIR/T2 thresholds learnt per case, core by filling")
+                               "brain inside the bone shell, enhancement and FLAIR/T2 thresholds learnt per case, "
+                               "core by filling")
 
 
 @tool("seg.brain_tumor", version="1.3", milestone="segmentation",
