@@ -63,3 +63,20 @@ def test_prior_draws_make_enhancing_brighter_on_t1c_than_t1(T, base) -> None:
                          for _ in range(20)]) for c in ("T1", "T1c")}
     # the phantom's tables: enhancing/WM is 1.25/0.86 on T1c and 0.50/0.85 on T1 (jitter +-30 % each)
     assert ratio["T1c"] == pytest.approx(1.25 / 0.86, rel=0.15) and ratio["T1"] == pytest.approx(0.5 / 0.85, rel=0.15)
+
+
+def test_cardiac_fold_draws_label_cines_from_both_sources() -> None:
+    """scripts/train_cardiac_dr.py --sources randomised,independent: cines alternate between the
+    cardiac generator's randomised family and the independent hearts; each synthesised cine's
+    labels keep the LV larger at the truth's ED frame than at its ES frame."""
+    spec = importlib.util.spec_from_file_location("train_cardiac_dr", SCRIPT.with_name("train_cardiac_dr.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["train_cardiac_dr"] = mod
+    spec.loader.exec_module(mod)
+    both = ("randomised", "independent")
+    for i, family in ((0, "randomised"), (1, "independent")):
+        cine, seg, sp, truth = mod.synth_cine(i, both)
+        assert truth.get("family", "randomised") == family
+        assert cine.shape == seg.shape and set(np.unique(seg)) == {0, 1, 2, 3} and len(sp) == 3
+        lv = (seg == 3).sum(axis=(0, 1, 2))
+        assert lv[truth["ed_frame"]] > lv[truth["es_frame"]]
