@@ -17,7 +17,8 @@ a retrained model instead (the fold that leaves the independent family out:
 ``scripts/train_prostate_dr.py``, ``train_cardiac_dr.py``, ``train_brain_dr.py``) and files its
 table under ``candidates``, beside the defaults'. ``--label NAME`` files a run under
 ``runs.NAME`` instead, with the versions of the segmenters it ran: a method change scored on
-fresh cases (another ``--seed``) beside the method it replaces, run from a checkout of each.
+fresh cases (another ``--seed``) beside the method it replaces, run from a checkout of each;
+with ``--candidate``, a retrained model on those cases.
 One thread, one case per task in flight; about 5-10 min on a shared 2-core machine for 10
 cases per domain.
 
@@ -284,6 +285,10 @@ def main() -> None:
         keep = ("command", "machine", "synth_s", "wall_s", "date", "table", "domains")
         run = {"segmenters": _versions(tasks), **{k: doc[k] for k in keep}}
         run["command"] += f" --tasks {' '.join(tasks)} --label '{args.label}'"
+        if bundles:  # a candidate on other cases: which model ran
+            meta = _json(ROOT / next(iter(bundles.values())) / "configs" / "metadata.json") or {}
+            run["bundle"] = {"tool_dir": args.candidate, "name": meta.get("name"), "version": meta.get("version")}
+            run["command"] += f" --candidate {args.candidate}"
         doc = _json(args.out) or {}
         doc.setdefault("runs", {})[args.label] = run
     elif bundles:  # a candidate sits beside the defaults' table, which it does not replace
