@@ -364,7 +364,10 @@ def test_tumour_in_the_scalp_of_a_head_that_was_not_skull_stripped_fails(tmp_pat
     assert run("tumour_in_brain", tmp_path, {"seg": right}, "seg", c=c).ok
     bad = run("tumour_in_brain", tmp_path, {"seg": wrong}, "seg", c=c)
     assert not bad.ok and "bone shell" in bad.message
-    mask, how = brain_mask([Volume(np.asarray(ph.sequences[k].data), aff) for k in ("T1", "T1c", "T2", "FLAIR")])
+    vols = [Volume(np.asarray(ph.sequences[k].data), aff) for k in ("T1", "T1c", "T2", "FLAIR")]
+    stripped = Volume(np.where(brain, np.asarray(ph.sequences["T1"].data), 0.0), aff)
+    assert brain_mask(stripped, lambda: pytest.fail("a skull-stripped input needs no other contrast"))[0].any()
+    mask, how = brain_mask(vols[0], lambda: vols)
     assert "4 contrast" in how and not (mask & scalp).any()
     old = ndimage.binary_fill_holes(head)
     assert old[scalp].all()  # the old rule's brain held every scalp voxel

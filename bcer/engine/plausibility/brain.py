@@ -2,7 +2,7 @@
 compartments, volumes that agree across the label map, the features table and the grade."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -44,19 +44,19 @@ class BrainParams(BaseModel):
     margin_mm: float = Field(2.0, ge=0, description="the brain mask is grown by this much (partial-volume rim)")
 
 
-def brain_mask(vols: Volume | list[Volume]) -> tuple[np.ndarray, str]:
-    """The brain on the first input's grid. Skull-stripped inputs (BraTS: background exactly 0)
-    give it directly; otherwise the head (signal above 10 % of the 99th percentile) is cut to
-    the region inside its dark bone shell (:func:`bcer.tools.skull.strip_skull`, from every
-    input on that grid), or stands in whole when no shell is found."""
-    vols = [vols] if isinstance(vols, Volume) else vols
-    data = np.asarray(vols[0].data)
+def brain_mask(vol: Volume, others: Callable[[], list[Volume]] | None = None) -> tuple[np.ndarray, str]:
+    """The brain on ``vol``'s grid. Skull-stripped inputs (BraTS: background exactly 0) give it
+    directly; otherwise the head (signal above 10 % of the 99th percentile) is cut to the
+    region inside its dark bone shell (:func:`bcer.tools.skull.strip_skull`, from ``vol`` and
+    the ``others`` on its grid, read only then), or stands in whole when no shell is found."""
+    data = np.asarray(vol.data)
     if data.ndim != 3:
         raise Unavailable(f"input has shape {data.shape}; need 3-D")
     if float(np.mean(data == 0)) >= 0.05:
         return ndimage.binary_fill_holes(data != 0), "non-zero voxels of the skull-stripped input"
     head = ndimage.binary_fill_holes(data > 0.1 * np.percentile(data, 99))
-    stack = np.stack([np.asarray(v.data, np.float64) for v in vols if np.shape(v.data) == data.shape])
+    more = [np.asarray(v.data, np.float64) for v in (others() if others else []) if v is not vol]
+    stack = np.stack([data.astype(np.float64)] + [m for m in more if m.shape == data.shape])
     strip = strip_skull(stack, head)
     if strip.stripped:
         return strip.brain, f"brain inside the bone shell of the head, from {len(stack)} contrast(s)"
@@ -81,15 +81,13 @@ def inside_mask(mask: np.ndarray, affine: np.ndarray, points: np.ndarray, margin
 
 
 def _contrasts(x: Inputs, names: list[str]) -> list[Volume]:
-    """Every sequence of ``names`` the case has, in that order (the skull strip reads them all)."""
+    """Every sequence of ``names`` the case has (the skull strip reads them all)."""
     out: list[Volume] = []
     for name in names:
         try:
-            vol = x.sequence(name)
+            out.append(x.sequence(name))
         except Unavailable:
             continue
-        if all(vol is not v for v in out):
-            out.append(vol)
     return out
 
 
@@ -102,7 +100,7 @@ def tumour_in_brain(x: Inputs, p: BrainParams) -> Verdict:
     the brain volume (our choice: a "tumour" that large is a mask that leaked). Value: the
     share inside."""
     inp = x.sequence(p.sequence)
-    brain, how = brain_mask(_contrasts(x, p.sequence))
+    brain, how = brain_mask(inp, lambda: _contrasts(x, p.sequence))
     brain_ml = float(brain.sum()) * inp.voxel_ml
     margin = int(np.ceil(p.margin_mm / inp.spacing.min())) if p.margin_mm > 0 else 0
     if x.path().name.endswith((".nii", ".nii.gz")):

@@ -37,7 +37,7 @@ from ...contracts.errors import ErrorCode, ToolError
 from .._checks import require_same_grid, require_volume
 from ..methods import classical_card
 from ..registry import tool
-from ..skull import strip_skull
+from ..skull import Stripped, strip_skull
 from .confidence import MIRROR_METHOD, attach, confidence, dice_by_label
 from ._common import BundleParams, fill_holes_2d, largest_component
 
@@ -171,9 +171,16 @@ def _core(wt: np.ndarray, et: np.ndarray, flair: np.ndarray, t1c: np.ndarray, ha
     return fill_holes_2d(ndi.binary_fill_holes(core))
 
 
-def _classical(t1: Image, t1c: Image, t2: Image, flair: Image, p: BrainTumorParams) -> tuple[np.ndarray, dict]:
+def _brain(t1: Image, t1c: Image, t2: Image, flair: Image) -> tuple[np.ndarray, Stripped]:
+    """The four contrasts stacked, and the brain found in them (independent of the smoothing,
+    so the rerun at 1.5x smoothing reuses it)."""
     raw = np.stack([np.asarray(x.data, np.float64) for x in (t1, t1c, t2, flair)])
-    strip = strip_skull(raw, _head_mask(raw))
+    return raw, strip_skull(raw, _head_mask(raw))
+
+
+def _classical(t1: Image, t1c: Image, t2: Image, flair: Image, p: BrainTumorParams,
+               found: tuple[np.ndarray, Stripped] | None = None) -> tuple[np.ndarray, dict]:
+    raw, strip = found or _brain(t1, t1c, t2, flair)
     brain = strip.brain
     if brain.sum() < 100:
         raise ToolError(ErrorCode.value_range, "no brain found: the contrasts are (nearly) empty",
@@ -205,11 +212,12 @@ def _classical(t1: Image, t1c: Image, t2: Image, flair: Image, p: BrainTumorPara
 
 
 def _rerun_agreement(labels: np.ndarray, t1: Image, t1c: Image, t2: Image, flair: Image,
-                     p: BrainTumorParams) -> dict[str, float] | None:
+                     p: BrainTumorParams, found: tuple[np.ndarray, Stripped]) -> dict[str, float] | None:
     """Self-consistency of the classical labels: WT/TC/ET Dice against a rerun at 1.5x the
-    smoothing (None when the rerun finds no brain)."""
+    smoothing on the same brain (None when the rerun finds no brain)."""
     try:
-        again, _ = _classical(t1, t1c, t2, flair, p.model_copy(update={"smooth_sigma": 1.5 * p.smooth_sigma or 0.5}))
+        again, _ = _classical(t1, t1c, t2, flair, p.model_copy(update={"smooth_sigma": 1.5 * p.smooth_sigma or 0.5}),
+                              found)
     except ToolError:
         return None
     return dice_by_label(labels, again, {"WT": (1, 2, 4), "TC": (1, 4), "ET": (4,)})
@@ -272,9 +280,10 @@ def brain_tumor(t1: Image, t1c: Image, t2: Image, flair: Image, params: BrainTum
     if params.bundle_dir:
         labels, meta, conf = _bundle(t1, t1c, t2, flair, params, device)
     else:
-        labels, meta = _classical(t1, t1c, t2, flair, params)
+        found = _brain(t1, t1c, t2, flair)
+        labels, meta = _classical(t1, t1c, t2, flair, params, found)
         meta["method_card"] = CLASSICAL_CARD.model_dump(exclude_defaults=True)
-        parts = _rerun_agreement(labels, t1, t1c, t2, flair, params)
+        parts = _rerun_agreement(labels, t1, t1c, t2, flair, params, found)
         conf = confidence("seg.brain_tumor", parts, "" if parts else "the rerun found no brain")
     attach(meta, conf)
     vox = t1.voxel_volume_ml
