@@ -80,3 +80,25 @@ def test_cardiac_fold_draws_label_cines_from_both_sources() -> None:
         assert cine.shape == seg.shape and set(np.unique(seg)) == {0, 1, 2, 3} and len(sp) == 3
         lv = (seg == 3).sum(axis=(0, 1, 2))
         assert lv[truth["ed_frame"]] > lv[truth["es_frame"]]
+
+
+def test_prostate_script_label_sources_and_whole_anatomy_targets() -> None:
+    """scripts/train_prostate_dr.py: the fold that leaves the held-out family out takes label maps in
+    turn from the randomised family and independent glands; with --anatomy a generator map holds
+    the whole pelvis and its table sends exactly the PZ, TZ and lesion labels to their zones."""
+    spec = importlib.util.spec_from_file_location("train_prostate_dr", SCRIPT.with_name("train_prostate_dr.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["train_prostate_dr"] = mod
+    spec.loader.exec_module(mod)
+    from bcer.datasets.prostate_family import anatomy_label_map
+
+    fold = ("randomised", "independent")
+    for i in (0, 1):
+        lab, _, lut = mod.label_map(i, fold)
+        assert set(np.unique(lab)) <= {0, 1, 2, 3, 4} and list(lut) == [0, 1, 2, 1, 2]
+    lab, affine, lut = mod.label_map(2, ("randomised",), anatomy=True)
+    _, zones, _ = anatomy_label_map(mod.TRAIN_SEED0 + 2, "randomised", 2)
+    np.testing.assert_array_equal(lut[lab], zones)
+    assert len(np.unique(lab)) > 8  # the pelvis around the gland, not the zones alone
+    x, y = mod.draw(lab, affine, lut, np.random.default_rng(0))
+    assert x.shape == y.shape and set(np.unique(y)) == {0, 1, 2}

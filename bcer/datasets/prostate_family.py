@@ -125,6 +125,35 @@ def make_family_prostate(case_id: str, seed: int, size: Size, n_lesions: int | N
     return Phantom(case_id, "prostate", {"T2w": t2, "ADC": adc, "DWI": dwi}, labels, metadata, truth)
 
 
+def anatomy_label_map(seed: int, family: str, n_lesions: int, size: Size = "small"
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A family pelvis as a whole-anatomy label map, for SynthSeg-style training.
+
+    Every tissue class of ``pelvis.PELVIS_TISSUES`` is its own label (its index; air is 0), so a
+    randomised image gives bladder, rectum, vesicles, muscle and bone their own contrasts and a
+    network learns the gland against its real neighbours, not against noise. Lesion ``i`` in
+    zone ``z`` (1 PZ, 2 TZ) is label ``len(PELVIS_TISSUES) + 2 * (i - 1) + z``. The grid is the
+    family's T2w grid for this draw; the seed stream is apart from ``make_prostate``'s.
+
+    Returns:
+        (labels, zones with 0/1 PZ/2 TZ, lesions included in their zone, affine).
+    """
+    from .pelvis import PELVIS_TISSUES, random_pelvis
+
+    R = FAMILIES[family]
+    rng = np.random.default_rng([int(seed), _FAMILY_SALT[family], 0xA7])
+    anat = random_pelvis(rng, R, _Blob)
+    (t2_aff, t2_shape), _, _ = _family_grids(rng, R, size, anat, np.eye(4))
+    pts = world_coords(t2_aff, t2_shape)
+    _place_lesions(rng, anat, pts, n_lesions, [_family_lesions(R, anat.values)] * n_lesions)
+    cls, zones = anat.classes(pts)
+    lesions = anat.lesion_labels(pts, zones)
+    lab = cls.astype(np.int16)
+    inside = lesions > 0
+    lab[inside] = len(PELVIS_TISSUES) + 2 * (lesions[inside] - 1) + zones[inside]
+    return lab, zones.astype(np.int16), t2_aff
+
+
 def _tilt_deg(affine: np.ndarray) -> float:
     """Angle (deg) between a grid's slice normal and the S-I axis."""
     a = np.asarray(affine, np.float64)[:3, :3]

@@ -99,27 +99,45 @@ def file_sha256(path: str | Path) -> str:
     return _sha256(str(path), st.st_mtime_ns, st.st_size)
 
 
+def _read_meta(root: Path) -> dict[str, Any]:
+    if not (root / "configs" / "metadata.json").is_file():
+        return {}
+    try:
+        return json.loads((root / "configs" / "metadata.json").read_text())
+    except (OSError, ValueError) as e:  # the bundle loader reports a bad file; a card is best effort
+        log.warning("model card of %s: unreadable metadata.json (%s)", root, e)
+        return {}
+
+
+def weights_sha256(root: Path, meta: dict[str, Any]) -> str | None:
+    """sha256 of a bundle's weights: of ``models/model.pt`` (or ``.ts``); for an ensemble
+    (``bcer.members``) the sha256 of its files' digests in order, so one value names every
+    member's weights."""
+    model = next((root / "models" / n for n in ("model.pt", "model.ts") if (root / "models" / n).is_file()), None)
+    if model is None:
+        return None
+    members = [root / "models" / str(n) for n in (meta.get("bcer", {}).get("members") or [])]
+    if not members:
+        return file_sha256(model)
+    digests = [file_sha256(f) if f.is_file() else "missing" for f in (model, *members)]
+    return hashlib.sha256(" ".join(digests).encode()).hexdigest()
+
+
 def shipped_weights() -> set[str]:
-    """sha256 of every shipped bundle's weights file."""
-    files = [p for p in SHIPPED_DIR.glob("*/models/model.*") if p.suffix in (".pt", ".ts")] if SHIPPED_DIR.is_dir() else []
-    return {file_sha256(p) for p in files}
+    """The weights digest (:func:`weights_sha256`) of every shipped bundle."""
+    roots = [p for p in SHIPPED_DIR.iterdir() if p.is_dir()] if SHIPPED_DIR.is_dir() else []
+    return {d for r in roots if (d := weights_sha256(r, _read_meta(r)))}
 
 
 def network_card(bundle_dir: str | Path) -> MethodCard:
     """The model card of a MONAI bundle: name and version from ``configs/metadata.json``, the
-    sha256 of ``models/model.pt`` (or ``.ts``), what it was trained on (bcer's
+    sha256 of its weights (:func:`weights_sha256`), what it was trained on (bcer's
     ``bcer_model_card`` block for shipped bundles, else the bundle's own ``data_source`` /
     description) and whether it was validated on real scans (None when the bundle does not say)."""
     root = Path(bundle_dir).expanduser().resolve()
-    meta: dict[str, Any] = {}
-    if (root / "configs" / "metadata.json").is_file():
-        try:
-            meta = json.loads((root / "configs" / "metadata.json").read_text())
-        except (OSError, ValueError) as e:  # the bundle loader reports a bad file; a card is best effort
-            log.warning("model card of %s: unreadable metadata.json (%s)", root, e)
-    model = next((root / "models" / n for n in ("model.pt", "model.ts") if (root / "models" / n).is_file()), None)
+    meta = _read_meta(root)
     card = meta.get("bcer_model_card") or {}
-    digest = file_sha256(model) if model is not None else None
+    digest = weights_sha256(root, meta)
     # a copy of a shipped bundle is still the default network: judged by its weights, not its folder
     shipped = root.parent == SHIPPED_DIR.resolve() or (digest is not None and digest in shipped_weights())
     trained = card.get("trained_on") or meta.get("data_source") or meta.get("description") or None

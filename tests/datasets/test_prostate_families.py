@@ -170,3 +170,24 @@ def test_family_ranges_pins_a_range_paired_and_restores() -> None:
     assert FAMILIES["randomised"] == before
     with pytest.raises(KeyError), family_ranges("randomised", tz_scal=(0.8, 0.8)):
         pass
+
+
+@pytest.mark.parametrize("family,n_lesions", [("randomised", 2), ("heldout", 1)])
+def test_anatomy_label_map_holds_the_pelvis_and_its_zones(family: str, n_lesions: int) -> None:
+    """The whole-anatomy label map (SynthSeg-style training): every zone voxel carries the PZ or
+    TZ label or a lesion label coding that zone, the neighbours are there as their own labels,
+    the lesions asked for are placed, and the gland is an adult prostate's size."""
+    from bcer.datasets.pelvis import PELVIS_TISSUES
+    from bcer.datasets.prostate_family import anatomy_label_map
+
+    tissues = list(PELVIS_TISSUES)
+    lab, zones, affine = anatomy_label_map(5, family, n_lesions)
+    k = len(tissues)
+    lesion = lab > k
+    assert set(np.unique(lesion_ids := (lab[lesion] - k - 1) // 2 + 1)) == set(range(1, n_lesions + 1))
+    coded_zone = np.where(lesion, (lab - k - 1) % 2 + 1, np.where(lab == tissues.index("PZ"), 1,
+                                                                   np.where(lab == tissues.index("TZ"), 2, 0)))
+    np.testing.assert_array_equal(coded_zone, zones)
+    assert lesion_ids.size and {"fat", "rectal_wall", "muscle"} <= {tissues[v] for v in np.unique(lab[lab < k])}
+    gland_ml = (zones > 0).sum() * abs(np.linalg.det(affine[:3, :3])) / 1000.0
+    assert 10.0 < gland_ml < 120.0

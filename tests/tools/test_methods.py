@@ -38,6 +38,22 @@ def test_network_card_names_the_weights_and_their_training_data(tmp_path) -> Non
     assert other.weights_sha256 == hashlib.sha256(b"other weights").hexdigest()
 
 
+def test_an_ensemble_card_digest_names_every_members_weights(tmp_path) -> None:
+    import json
+
+    root = tmp_path / "ens"
+    (root / "models").mkdir(parents=True)
+    (root / "configs").mkdir()
+    (root / "configs" / "metadata.json").write_text(json.dumps({"name": "ens", "bcer": {"members": ["m1.pt"]}}))
+    (root / "models" / "model.pt").write_bytes(b"first")
+    (root / "models" / "m1.pt").write_bytes(b"second")
+    digest = lambda b: hashlib.sha256(b).hexdigest()  # noqa: E731
+    card = network_card(root)
+    assert card.weights_sha256 == digest(f"{digest(b'first')} {digest(b'second')}".encode())
+    (root / "models" / "m1.pt").write_bytes(b"retrained second")  # a member alone changes: the digest does
+    assert network_card(root).weights_sha256 not in (card.weights_sha256, digest(b"first"))
+
+
 def test_brain_self_consistency_is_the_rerun_dice() -> None:
     ph = make_brain("b", 5, size="small")
     ins = {k.lower(): ph.sequences[k] for k in ("T1", "T1c", "T2", "FLAIR")}

@@ -294,3 +294,44 @@ def test_brain_bundle_without_a_threshold_is_flagged_with_its_score(tmp_path: Pa
     assert conf["score"] == 1.0 and conf["threshold"] is None and conf["low_confidence"] is True
     assert "low_confidence_threshold" in conf["reason"]
     assert "no threshold known" in meta["flags"]["low_confidence"]["detail"]
+
+
+def _pointwise_member(root: Path, name: str, weight: float, bias: float) -> None:
+    """A 1x1x1 Conv3d member whose class-1 logit minus class-0 logit is weight * x + bias."""
+    state = {"weight": torch.tensor([0.0, weight]).reshape(2, 1, 1, 1, 1), "bias": torch.tensor([0.0, bias])}
+    torch.save(state, root / "models" / name)
+
+
+def test_ensemble_bundle_averages_its_members_softmax(tmp_path: Path) -> None:
+    """bcer.members: the answer is the arg-max of the members' mean softmax. With pointwise
+    members the expected labels are computed here in closed form, and they differ from what
+    either member alone writes."""
+    net = {"_target_": "torch.nn.Conv3d", "in_channels": 1, "out_channels": 2, "kernel_size": 1}
+    root = _tiny_bundle(tmp_path / "ens", net, {"label_values": [0, 1], "members": ["member_1.pt"]}, 2)
+    _pointwise_member(root, "model.pt", 1.0, 0.0)  # class 1 where z > 0
+    _pointwise_member(root, "member_1.pt", -3.0, 1.0)  # class 1 where z < 1/3
+    B.clear_cache()
+    x = np.random.default_rng(0).normal(100, 20, (1, 16, 16, 16)).astype(np.float32)
+    labels, meta = B.run_bundle(str(root), x, roi_size=16)
+    z = B._normalize(x, "zscore")[0]
+    sig = lambda t: 1.0 / (1.0 + np.exp(-t))  # noqa: E731  (two-class softmax)
+    want = ((sig(z) + sig(1.0 - 3.0 * z)) / 2 > 0.5).astype(np.int16)
+    assert meta["ensemble_members"] == 2 and len(B.load_bundle(root).networks) == 2
+    assert (labels != want).sum() <= 2  # float ties at the decision boundary only
+    assert (want != (z > 0)).sum() > 100 and (want != (z < 1 / 3)).sum() > 100
+
+
+def test_ensemble_bundle_errors_are_typed(tmp_path: Path) -> None:
+    net = {"_target_": "torch.nn.Conv3d", "in_channels": 1, "out_channels": 3, "kernel_size": 1}
+    root = _tiny_bundle(tmp_path / "missing", net, {"members": ["member_1.pt"]}, 3)
+    with pytest.raises(ToolError) as e:
+        B.load_bundle(root)
+    assert e.value.code == ErrorCode.input_missing and e.value.context["file"].endswith("member_1.pt")
+    root = _tiny_bundle(tmp_path / "sigmoid", net, {"members": ["model.pt"], "output": "sigmoid_brats"}, 3)
+    with pytest.raises(ToolError) as e:
+        B.load_bundle(root)
+    assert e.value.code == ErrorCode.schema and "argmax" in str(e.value)
+    root = _tiny_bundle(tmp_path / "notalist", net, {"members": "member_1.pt"}, 3)
+    with pytest.raises(ToolError) as e:
+        B.load_bundle(root)
+    assert e.value.code == ErrorCode.schema and e.value.context["file"].endswith("metadata.json")

@@ -24,6 +24,9 @@ Two kinds of bundle run here:
     bcer.output              "argmax" (softmax classes, default) | "sigmoid_brats" (TC/WT/ET)
     bcer.label_values        label value written for each output channel (default 0..n-1)
     bcer.pixdim              voxel size (mm) the network was trained at, per spatial axis
+    bcer.members             further weight files of the same network_def under models/
+                             (e.g. ["member_1.pt"]): an ensemble whose softmax is averaged,
+                             as nnU-Net averages its folds (argmax output only)
 
 The loaded bundle (network and pipeline) is cached per process by ``(folder, newest mtime,
 device)``: a Ray worker loads it once and reuses it across calls; touching the files
@@ -34,6 +37,7 @@ allows (``"8*n"``: multiples of 8).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import warnings
 from dataclasses import dataclass, field
@@ -81,10 +85,16 @@ class Bundle:
     overlap: float | tuple[float, ...] = 0.25
     label_map: dict[int, int] | None = None  # metadata bcer.label_map
     memo: dict[str, Any] = field(default_factory=dict, compare=False)  # probe results
+    members: tuple[Any, ...] = ()  # further networks of an ensemble (metadata bcer.members)
 
     @property
     def kind(self) -> str:
         return "monai_bundle_config" if self.pipeline is not None else "bcer_minimal"
+
+    @property
+    def networks(self) -> tuple[Any, ...]:
+        """Every network of the bundle: the main one, then the ensemble's other members."""
+        return (self.network, *self.members)
 
 
 def _bundle_files(bundle_dir: str | Path) -> tuple[Path, list[Path], Path]:
@@ -136,7 +146,8 @@ def load_bundle(bundle_dir: str | Path, device: str = "cpu") -> Bundle:
             ``schema`` when a config or the weights do not fit (naming the file).
     """
     root, configs, model = _bundle_files(bundle_dir)
-    mtime = max(p.stat().st_mtime_ns for p in [*configs, model])
+    weights = [p for p in (root / "models").iterdir() if p.is_file()]  # ensemble members included
+    mtime = max(p.stat().st_mtime_ns for p in [*configs, model, *weights])
     return _load_cached(str(root), mtime, device)
 
 
@@ -156,7 +167,45 @@ def _load_cached(root: str, mtime_ns: int, device: str) -> Bundle:
     cfg = read_config(folder)
     network = build_network(cfg, model_path, torch_device(device))
     pipeline = build_pipeline(cfg) if cfg.is_monai_pipeline else None
-    return _describe(cfg, network, device, pipeline)
+    bundle = _describe(cfg, network, device, pipeline)
+    members = _member_files(cfg, bundle)
+    if not members:
+        return bundle
+    nets = tuple(build_network(cfg, path, torch_device(device)) for path in members)
+    return dataclasses.replace(bundle, members=nets)
+
+
+def _member_files(cfg: BundleConfig, bundle: Bundle) -> list[Path]:
+    """The weight files ``bcer.members`` names (an ensemble of one network_def); typed errors
+    for a missing file or an ensemble bcer cannot average."""
+    names = bundle.meta.get("bcer", {}).get("members") or []
+    where = str(cfg.root / "configs" / "metadata.json")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ToolError(ErrorCode.schema, f"bundle {cfg.root}: bcer.members must be a list of file names under "
+                        f"models/, got {names!r}", file=where)
+    if names and (bundle.pipeline is not None or bundle.output != "argmax"):
+        raise ToolError(ErrorCode.schema, f"bundle {cfg.root}: bcer.members needs a minimal bundle with argmax "
+                        "output (softmax probabilities are averaged)", file=where)
+    paths = [cfg.root / "models" / n for n in names]
+    for path in paths:
+        if not path.is_file():
+            raise ToolError(ErrorCode.input_missing, f"bundle {cfg.root}: ensemble member {path.name} is missing",
+                            file=str(path), arg="bundle_dir")
+    return paths
+
+
+def ensemble_forward(networks: Sequence[Any]) -> Any:
+    """One network, or a callable that averages the softmax of several (same classes): what
+    a sliding window runs. The arg-max of averaged probabilities is the ensemble's answer."""
+    import torch
+
+    if len(networks) == 1:
+        return networks[0]
+
+    def forward(x: Any) -> Any:
+        return torch.stack([torch.softmax(net(x), dim=1) for net in networks]).mean(dim=0)
+
+    return forward
 
 
 def _spatial_dims(cfg: BundleConfig, opts: dict[str, Any], pipeline: Pipeline | None) -> int:
@@ -273,7 +322,8 @@ def _infer_minimal(bundle: Bundle, channels: np.ndarray, spacing: tuple[float, .
     x = np.moveaxis(x, 3, 0) if bundle.spatial_dims == 2 else x[None]  # 2-D: (Z, C, X, Y)
     with torch.no_grad():
         logits = sliding_window_inference(torch.from_numpy(np.ascontiguousarray(x)).to(torch_device(bundle.device)),
-                                          roi, sw, bundle.network, overlap=overlap, mode="gaussian")
+                                          roi, sw, ensemble_forward(bundle.networks), overlap=overlap,
+                                          mode="gaussian")
     lab = _to_labels(logits, bundle)
     lab = np.moveaxis(lab, 0, 2) if bundle.spatial_dims == 2 else lab[0]
     if work != shape:
@@ -463,11 +513,13 @@ def run_bundle(bundle_dir: str, channels: np.ndarray | Sequence[Channel], spacin
             "overlap": ov, "device": device, "bundle_cache": "hit" if cached else "load",
             "channels": used or [bundle.input_names.get(i, f"channel {i}") for i in range(bundle.in_channels)],
             "label_map": {str(k): v for k, v in mapping.items()} if isinstance(mapping, dict) else mapping}
+    if bundle.members:
+        meta["ensemble_members"] = len(bundle.networks)
     if bundle.pipeline is not None and bundle.pipeline.notes:
         meta["bundle_notes"] = list(bundle.pipeline.notes)
     meta["method_card"] = network_card(bundle.path).model_dump(exclude_defaults=True)  # weights digest, training data
     return labels.astype(np.int16), meta
 
 
-__all__ = ["Bundle", "Channel", "cache_info", "check_bundle_dir", "clear_cache", "load_bundle", "run_bundle",
-           "shipped_bundle"]
+__all__ = ["Bundle", "Channel", "cache_info", "check_bundle_dir", "clear_cache", "ensemble_forward", "load_bundle",
+           "run_bundle", "shipped_bundle"]

@@ -44,7 +44,7 @@ from ...metrics import dice
 THRESHOLDS = {"seg.cardiac": 0.671, "seg.prostate": 0.919, "seg.brain_tumor": 0.816}
 MIRROR_METHOD = "test-time mirror of the network along the first voxel axis (lowest Dice of WT, TC, ET)"
 METHODS = {"seg.cardiac": "agreement of the network and the classical method (lowest Dice of LV, MYO, RV)",
-           "seg.prostate": "test-time left-right flip of the network (lowest Dice of gland, PZ, TZ)",
+           "seg.prostate": "test-time left-right flip of the network or ensemble (lowest Dice of gland, PZ, TZ)",
            "seg.brain_tumor": "classical method rerun at 1.5x smoothing (lowest Dice of WT, TC, ET)"}
 
 

@@ -8,6 +8,8 @@ functions, so training and inference see identical inputs.
    image; a finer T2w is low-pass filtered first so the coarser samples do not alias its noise.
 2. Intensities are z-scored over the non-zero voxels (vendor scale and offset drop out).
 3. A 3-D MONAI UNet gives softmax probabilities of background, PZ and TZ, by sliding window.
+   An ensemble bundle (``bcer.members``) averages every member's reading of the volume and of
+   its left-right mirror.
 4. The probabilities are resampled back onto the T2w grid (linear, so the boundary is placed
    between canonical voxels) and the label is their argmax; the gland is the largest connected
    component, with its holes filled.
@@ -23,6 +25,7 @@ from scipy import ndimage as ndi
 
 from ...contracts.artifacts import Image
 from ...contracts.errors import ErrorCode, ToolError
+from ...metrics import dice
 from ..resample import sample_on_grid
 from ._common import fill_holes_2d, largest_component
 
@@ -107,6 +110,26 @@ def flip_agreement(prob: np.ndarray, flipped: np.ndarray) -> dict[str, float]:
     return dice_by_label(a, b, {"gland": (1, 2), "PZ": (1,), "TZ": (2,)})
 
 
+def _ensemble(networks: tuple[Any, ...], canon: np.ndarray, roi: tuple[int, ...], device: Any, overlap: float,
+              sw_batch_size: int) -> tuple[np.ndarray, dict[str, float], float]:
+    """An ensemble's probabilities, its self-consistency and its members' agreement.
+
+    Each member reads the volume and its left-right mirror (mirrored back); the answer is the
+    mean of all readings (nnU-Net's mirroring and fold averaging). The score is, as for one
+    network, the ensemble's reading of the volume against its reading of the mirror (Dice of
+    gland, PZ, TZ). The lowest gland Dice between two members is returned for the record: on
+    development phantoms it separated right from wrong answers less well (Youden's J 0.49
+    against 0.84), because the ensemble is often right where one member is wrong.
+    """
+    mirror = np.ascontiguousarray(canon[::-1])
+    direct = [predict_probabilities(net, canon, roi, device, overlap, sw_batch_size) for net in networks]
+    mirrored = [predict_probabilities(net, mirror, roi, device, overlap, sw_batch_size)[:, ::-1] for net in networks]
+    glands = [np.argmax(d + m, axis=0) > 0 for d, m in zip(direct, mirrored)]
+    members = min(dice(a, b) for i, a in enumerate(glands) for b in glands[i + 1:])
+    one, other = np.mean(direct, axis=0), np.mean(mirrored, axis=0)
+    return (one + other) / 2, flip_agreement(one, other), float(members)
+
+
 def segment(t2w: Image, bundle_dir: str | Path, device: str = "cpu", overlap: float | None = None,
             sw_batch_size: int | None = None) -> tuple[np.ndarray, dict[str, Any]]:
     """Zones (0/1 PZ/2 TZ) on the T2w grid from the bundle, and audit meta.
@@ -127,11 +150,17 @@ def segment(t2w: Image, bundle_dir: str | Path, device: str = "cpu", overlap: fl
     # None: the settings the network was trained and validated with
     overlap = 0.25 if overlap is None else overlap
     sw_batch_size = 2 if sw_batch_size is None else sw_batch_size
-    prob = predict_probabilities(bundle.network, canon, bundle.roi_size, torch_device(device), overlap, sw_batch_size)
-    # self-consistency: the same network on the left-right mirrored volume, mirrored back
-    flipped = predict_probabilities(bundle.network, np.ascontiguousarray(canon[::-1]), bundle.roi_size,
-                                    torch_device(device), overlap, sw_batch_size)[:, ::-1]
-    agreement = flip_agreement(prob, flipped)
+    members = None
+    if bundle.members:
+        prob, agreement, members = _ensemble(bundle.networks, canon, bundle.roi_size, torch_device(device), overlap,
+                                             sw_batch_size)
+    else:
+        prob = predict_probabilities(bundle.network, canon, bundle.roi_size, torch_device(device), overlap,
+                                     sw_batch_size)
+        # self-consistency: the same network on the left-right mirrored volume, mirrored back
+        flipped = predict_probabilities(bundle.network, np.ascontiguousarray(canon[::-1]), bundle.roi_size,
+                                        torch_device(device), overlap, sw_batch_size)[:, ::-1]
+        agreement = flip_agreement(prob, flipped)
     on_t2 = from_canonical(prob, grid, t2w.affine, t2w.shape)
     outside = on_t2.sum(axis=0) < 0.5  # beyond the canonical box (never for a whole FOV): background
     labels = np.argmax(on_t2, axis=0).astype(np.int16)
@@ -146,7 +175,9 @@ def segment(t2w: Image, bundle_dir: str | Path, device: str = "cpu", overlap: fl
             "bundle_version": bundle.meta.get("version", ""), "canonical_spacing": list(spacing),
             "canonical_shape": list(grid[1]), "roi_size": list(bundle.roi_size), "overlap": overlap,
             "device": device, "mean_gland_probability": float(1.0 - on_t2[0][gland].mean()),
-            "agreement": agreement,
+            "agreement": agreement, "ensemble_members": len(bundle.networks),
             # a flag threshold belongs to the model: a retrained bundle states its own
             "low_confidence_threshold": opts.get("low_confidence_threshold")}
+    if members is not None:
+        meta["members_gland_agreement"] = members
     return zones, meta
