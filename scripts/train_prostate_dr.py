@@ -139,7 +139,10 @@ def write_bundle(net: torch.nn.Module, out: Path, args: argparse.Namespace, trai
     torch.save(net.state_dict(), out / "models" / "model.pt")
     shipped = json.loads((SHIPPED / "configs" / "metadata.json").read_text())
     (out / "configs" / "inference.json").write_text(json.dumps({"network_def": TP.NET_DEF}, indent=2) + "\n")
-    meta = {**{k: shipped[k] for k in ("network_data_format", "bcer", "task")},
+    # one network: the shipped bundle's ensemble members and its flag threshold are not this model's
+    own = {k: v for k, v in shipped["bcer"].items()
+           if k not in ("members", "low_confidence_threshold", "low_confidence_chosen_on")}
+    meta = {**{k: shipped[k] for k in ("network_data_format", "task")}, "bcer": own,
             "name": "prostate_unet3d", "version": args.version,
             "description": "3-D UNet for the prostate peripheral (1) and transition (2) zones on T2w, on a canonical "
                            "RAS grid at 2 x 2 x 3 mm; fine-tuned by scripts/train_prostate_dr.py on domain-randomised "

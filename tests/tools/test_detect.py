@@ -523,8 +523,11 @@ def test_t2_outline_band_keeps_a_pz_lesion_at_the_border(lesion_t2: float) -> No
 def test_tz_lesion_size_and_pirads_on_a_segmented_case() -> None:
     """Randomised ra013 (tuning family) through seg.prostate, register.rigid and detect: its two
     TZ lesions (truth 14.2 mm T2-dark, 15.7 mm not dark, ADC 774/742: PI-RADS 4 and 4) are
-    measured within 1 mm of the truth; without the band (1.5) 15.3 and 16.9 mm, the dark one
-    over 15 mm and read PI-RADS 5."""
+    measured within 1 mm of the truth. Without the band the segmented TZ border's dark rim is
+    counted in: no lesion is measured closer to the truth and one grows by over 1 mm (with
+    prostate_unet3d 0.3.0: 14.2 and 17.2 mm; with 0.2.0 it was 15.3 and 16.9 mm). With the
+    truth's zones there is no rim and the band changes nothing, so the control needs the
+    segmenter."""
     ph = make_prostate("ra013", 13, "small", n_lesions=2, family="randomised", borderline=True)
     s = ph.sequences
     seg = call_tool("seg.prostate", {"t2w": s["T2w"], "adc": s["ADC"]})
@@ -538,7 +541,7 @@ def test_tz_lesion_size_and_pirads_on_a_segmented_case() -> None:
             f = max(found, key=lambda f: box_iou(f.box_voxel, les["box_voxel"]))
             errs.setdefault(band, []).append(f.attributes["size_mm"] - les["size_mm"])
     assert all(abs(e) <= 1.0 for e in errs[True]), errs
-    assert all(e >= 1.0 for e in errs[False]), errs
+    assert all(abs(t) <= abs(f) for t, f in zip(errs[True], errs[False])) and max(errs[False]) >= 1.0, errs
 
 
 def test_t2_parts_splits_separate_dark_parts_and_joins_specks() -> None:

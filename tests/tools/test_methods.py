@@ -70,15 +70,17 @@ def test_brain_self_consistency_is_the_rerun_dice() -> None:
 
 
 def test_a_prostate_bundle_states_its_own_flag_threshold(tmp_path) -> None:
-    """The shipped prostate network is judged by the default threshold; a copy whose metadata
-    states ``bcer.low_confidence_threshold`` by its own, on the same flip agreement score."""
+    """The shipped prostate ensemble is judged by the threshold its metadata states; a copy that
+    states another is judged by that one, on the same flip agreement score; a copy that states
+    none falls back to the code's threshold."""
     import json
 
     from bcer.datasets.prostate import make_prostate
 
     ph = make_prostate("p", 3, size="small")
+    stated = json.loads((SHIPPED_DIR / "prostate_unet3d" / "configs" / "metadata.json").read_text())
     shipped = call_tool("seg.prostate", {"t2w": ph.sequences["T2w"]})["gland"].meta["confidence"]
-    assert shipped["threshold"] == THRESHOLDS["seg.prostate"] and shipped["score"] is not None
+    assert shipped["threshold"] == stated["bcer"]["low_confidence_threshold"] and shipped["score"] is not None
     own = tmp_path / "retrained"
     shutil.copytree(SHIPPED_DIR / "prostate_unet3d", own)
     meta = json.loads((own / "configs" / "metadata.json").read_text())
@@ -88,6 +90,10 @@ def test_a_prostate_bundle_states_its_own_flag_threshold(tmp_path) -> None:
     conf = call_tool("seg.prostate", {"t2w": ph.sequences["T2w"]}, {"bundle_dir": str(own)})["gland"].meta["confidence"]
     assert conf["score"] == shipped["score"] and conf["method"] == shipped["method"]
     assert conf["threshold"] == cut and conf["low_confidence"] is True
+    del meta["bcer"]["low_confidence_threshold"]
+    (own / "configs" / "metadata.json").write_text(json.dumps(meta))
+    conf = call_tool("seg.prostate", {"t2w": ph.sequences["T2w"]}, {"bundle_dir": str(own)})["gland"].meta["confidence"]
+    assert conf["threshold"] == THRESHOLDS["seg.prostate"]
 
 
 def test_cardiac_classical_alone_has_nothing_to_agree_with() -> None:

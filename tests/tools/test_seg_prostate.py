@@ -27,7 +27,10 @@ def test_gland_and_zone_dice(seed: int, n_lesions: int, oblique: bool, misalign:
     np.testing.assert_array_equal(out["gland"].data > 0, out["zones"].data > 0)
     np.testing.assert_array_equal(out["zones"].affine, t2w.affine)
     meta = out["zones"].meta
-    assert meta["gland_ml"] == pytest.approx(ph.truth["gland_volume_ml"], rel=0.12)
+    # 15 %: the default ensemble (0.3.0) reads glands of bcer's base family a few per cent small
+    # (Dice 0.951 and 7.9 % under on 20 of them, against 0.962 and 3.5 % for 0.2.0 alone), the
+    # price of holding on the independent family (docs/segmenters.md)
+    assert meta["gland_ml"] == pytest.approx(ph.truth["gland_volume_ml"], rel=0.15)
     if not misalign:  # ADC audit (affine resampling only): PZ 1550-1800 vs TZ 1100-1300
         assert meta["pz_median_adc"] > meta["tz_median_adc"] + 150
 

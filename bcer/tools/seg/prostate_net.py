@@ -117,9 +117,9 @@ def _ensemble(networks: tuple[Any, ...], canon: np.ndarray, roi: tuple[int, ...]
     Each member reads the volume and its left-right mirror (mirrored back); the answer is the
     mean of all readings (nnU-Net's mirroring and fold averaging). The score is, as for one
     network, the ensemble's reading of the volume against its reading of the mirror (Dice of
-    gland, PZ, TZ). The lowest gland Dice between two members is returned for the record: on
-    development phantoms it separated right from wrong answers less well (Youden's J 0.49
-    against 0.84), because the ensemble is often right where one member is wrong.
+    gland, PZ, TZ). The lowest gland Dice between two members is returned for the record only:
+    as a score it flagged few wrong answers (docs/segmenters.md), since the ensemble is often
+    right where one member is wrong.
     """
     mirror = np.ascontiguousarray(canon[::-1])
     direct = [predict_probabilities(net, canon, roi, device, overlap, sw_batch_size) for net in networks]
