@@ -331,7 +331,8 @@ def test_ensemble_bundle_errors_are_typed(tmp_path: Path) -> None:
     with pytest.raises(ToolError) as e:
         B.load_bundle(root)
     assert e.value.code == ErrorCode.schema and "argmax" in str(e.value)
-    root = _tiny_bundle(tmp_path / "notalist", net, {"members": "member_1.pt"}, 3)
-    with pytest.raises(ToolError) as e:
-        B.load_bundle(root)
-    assert e.value.code == ErrorCode.schema and e.value.context["file"].endswith("metadata.json")
+    for bad in ("member_1.pt", ["../other/model.pt"]):  # not a list; a path out of models/
+        root = _tiny_bundle(tmp_path / f"bad{len(str(bad))}", net, {"members": bad}, 3)
+        with pytest.raises(ToolError) as e:
+            B.load_bundle(root)
+        assert e.value.code == ErrorCode.schema and e.value.context["file"].endswith("metadata.json")

@@ -180,9 +180,9 @@ def _member_files(cfg: BundleConfig, bundle: Bundle) -> list[Path]:
     for a missing file or an ensemble bcer cannot average."""
     names = bundle.meta.get("bcer", {}).get("members") or []
     where = str(cfg.root / "configs" / "metadata.json")
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise ToolError(ErrorCode.schema, f"bundle {cfg.root}: bcer.members must be a list of file names under "
-                        f"models/, got {names!r}", file=where)
+    if not isinstance(names, list) or not all(isinstance(n, str) and n == Path(n).name for n in names):
+        raise ToolError(ErrorCode.schema, f"bundle {cfg.root}: bcer.members must be a list of file names in "
+                        f"models/ (no folders), got {names!r}", file=where)
     if names and (bundle.pipeline is not None or bundle.output != "argmax"):
         raise ToolError(ErrorCode.schema, f"bundle {cfg.root}: bcer.members needs a minimal bundle with argmax "
                         "output (softmax probabilities are averaged)", file=where)
