@@ -174,6 +174,11 @@ def _init_record(init: Path | None) -> dict:
     return {"init": {"weights": str(init), "version": meta.get("version"), "training": meta.get("training")}}
 
 
+def zone_dice(zones: np.ndarray, truth: np.ndarray) -> dict[str, float]:
+    """Gland, PZ and TZ Dice of a zone map (0/1 PZ/2 TZ) against the truth's."""
+    return {"gland": dice(zones > 0, truth > 0), "PZ": dice(zones == 1, truth == 1), "TZ": dice(zones == 2, truth == 2)}
+
+
 def evaluate(out: Path, n_cases: int) -> dict:
     """Gland/PZ/TZ Dice on validation phantoms (randomised family, unseen seeds), through the tool's path."""
     clear_cache()
@@ -183,8 +188,7 @@ def evaluate(out: Path, n_cases: int) -> dict:
         ph = make_prostate(f"val{i:03d}", VAL_SEED0 + i, size, n_lesions=i % 3, family="randomised")
         zones, _ = segment(ph.sequences["T2w"], out)
         truth = np.asarray(ph.labels["zones"].data)
-        rows.append({"case": ph.case_id, "size": size, "gland": dice(zones > 0, truth > 0),
-                     "PZ": dice(zones == 1, truth == 1), "TZ": dice(zones == 2, truth == 2)})
+        rows.append({"case": ph.case_id, "size": size, **zone_dice(zones, truth)})
         log.info("val %s", rows[-1])
     summary = {k: float(np.mean([r[k] for r in rows])) for k in ("gland", "PZ", "TZ")}
     summary["gland_min"] = float(np.min([r["gland"] for r in rows]))

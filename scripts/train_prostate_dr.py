@@ -51,7 +51,6 @@ import torch
 
 from bcer.datasets.prostate import make_prostate
 from bcer.datasets.randomise import RANGES, synthesise
-from bcer.metrics import dice
 from bcer.tools.seg.prostate_net import CANONICAL_SPACING, canonical_grid, segment, to_canonical, zscore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -181,8 +180,7 @@ def evaluate(bundles: dict[str, Path], n_cases: int, family: str = "independent"
         for ph in cases:
             zones, _ = segment(ph.sequences["T2w"], path)
             truth = np.asarray(ph.labels["zones"].data)
-            rows.append({"case": ph.case_id, "gland": round(dice(zones > 0, truth > 0), 4),
-                         "PZ": round(dice(zones == 1, truth == 1), 4), "TZ": round(dice(zones == 2, truth == 2), 4)})
+            rows.append({"case": ph.case_id, **{k: round(v, 4) for k, v in TP.zone_dice(zones, truth).items()}})
         mean = {k: round(float(np.mean([r[k] for r in rows])), 4) for k in ("gland", "PZ", "TZ")}
         out[name] = {"mean_dice": mean, "gland_min": min(r["gland"] for r in rows), "per_case": rows}
         log.info("%s on the %s family: %s", name, family, mean)

@@ -1,8 +1,6 @@
 """seg.prostate on prostate phantoms: gland/zone Dice vs truth, ADC audit, typed errors."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -95,23 +93,21 @@ def test_tz_ellipsoid_off_keeps_the_band() -> None:
     assert out["zones"].meta["method"] == "classical_t2w"
 
 
-ENSEMBLE = Path(__file__).resolve().parents[2] / "benchmarks" / "models" / "prostate_unet3d_ens"
-
-
 def test_ensemble_bundle_on_a_gland_of_the_independent_family() -> None:
-    """The two-member ensemble (the trained default and its domain-randomised fine-tune): its gland
+    """The shipped two-member ensemble (0.2.0 and its whole-pelvis domain-randomised fine-tune): its gland
     against the truth of an independent case (seed outside every evaluation range), and its
     confidence parts are the Dice between its readings of the volume and of the mirror, computed
     here from the members' own probabilities."""
     from bcer.datasets.independent import make_gland_case
     from bcer.tools.seg import prostate_net as P
-    from bcer.tools.seg.bundle import load_bundle
+    from bcer.tools.seg.bundle import load_bundle, shipped_bundle
 
+    ensemble = shipped_bundle("prostate_unet3d")
     ph = make_gland_case("ens", 7001, 1)
     t2 = ph.sequences["T2w"]
-    gland = call_tool("seg.prostate", {"t2w": t2}, {"bundle_dir": str(ENSEMBLE)})["gland"]
+    gland = call_tool("seg.prostate", {"t2w": t2}, {"bundle_dir": str(ensemble)})["gland"]
     assert dice(np.asarray(gland.data) > 0, np.asarray(ph.labels["gland"].data) > 0) > 0.8
-    bundle = load_bundle(ENSEMBLE)
+    bundle = load_bundle(ensemble)
     grid = P.canonical_grid(t2.affine, t2.shape, P.CANONICAL_SPACING)
     canon = P.zscore(P.to_canonical(t2.data, t2.affine, grid))
     one = np.mean([P.predict_probabilities(n, canon, bundle.roi_size) for n in bundle.networks], axis=0)
