@@ -158,9 +158,11 @@ def _augment(x: torch.Tensor, y: torch.Tensor, gen: torch.Generator) -> tuple[to
 
 
 def train(x_all: np.ndarray, y_all: np.ndarray, steps: int, seed: int, batch: int,
-          max_seconds: float | None = None) -> tuple[torch.nn.Module, int]:
+          max_seconds: float | None = None, init: Path | None = None, lr: float = 3e-3
+          ) -> tuple[torch.nn.Module, int]:
     """The trained network and the number of steps run (fewer than ``steps`` only when
-    ``max_seconds`` ran out; rerunning with ``--steps`` at that number reproduces the weights)."""
+    ``max_seconds`` ran out; rerunning with ``--steps`` at that number reproduces the weights).
+    ``init``: weights to start from (fine-tuning); ``lr``: the one-cycle schedule's peak."""
     from monai.bundle import ConfigParser
     from monai.losses import DiceCELoss
 
@@ -168,8 +170,10 @@ def train(x_all: np.ndarray, y_all: np.ndarray, steps: int, seed: int, batch: in
     gen = torch.Generator().manual_seed(seed)
     xt, yt = torch.from_numpy(x_all), torch.from_numpy(y_all)
     net = ConfigParser({"network_def": NET_DEF}).get_parsed_content("network_def")
-    opt = torch.optim.AdamW(net.parameters(), lr=3e-3, weight_decay=1e-4)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=steps, pct_start=0.1)
+    if init is not None:
+        net.load_state_dict(torch.load(init, map_location="cpu", weights_only=True))
+    opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=1e-4)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
     loss_fn = DiceCELoss(to_onehot_y=True, softmax=True)
     net.train()
     t0, run = time.time(), []

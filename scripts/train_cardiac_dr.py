@@ -49,10 +49,12 @@ import numpy as np
 import torch
 
 from bcer.datasets.cardiac import GROUPS, make_cardiac
+from bcer.datasets.cardiac_family import ANATOMY_LABELS, anatomy_label_cine
 from bcer.datasets.independent import make_heart_case
 from bcer.datasets.randomise import RANGES, synthesise
 
 ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "bcer" / "assets" / "bundles" / "cardiac_unet2d"
 log = logging.getLogger("train_cardiac_dr")
 # short-axis network: no axis permutation, in-plane resolution of cine MRI, thick SAX slices
 CARDIAC_RANGES = replace(RANGES, permute=0.0, rotate_deg=10.0, inplane_mm=(1.2, 3.0), thickness_mm=(5.0, 10.0),
@@ -71,35 +73,51 @@ def _load(name: str, path: Path) -> Any:
 TB = _load("train_bundle", ROOT / "scripts" / "train_bundle.py")
 
 
-SOURCES = ("randomised", "independent")  # label cines: the cardiac generator's family, or the independent hearts
+# label cines: the cardiac generator's families, or the independent hearts
+SOURCES = ("randomised", "heldout", "independent")
+FAMILIES = ("randomised", "heldout")
+N_ANATOMY = len(ANATOMY_LABELS) + 1  # label values of a whole-anatomy cine, air (0) included
 
 
-def label_cine(i: int, source: str) -> Any:
-    """The i-th training label cine (a phantom) of ``source``; seeds disjoint from every evaluation."""
+def label_cine(i: int, source: str, anatomy: bool = False) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """The i-th training label cine of ``source``: (labels (X, Y, Z, T), affine, ED/ES frames);
+    seeds disjoint from every evaluation. With ``anatomy`` a generator family's cine holds the
+    whole thorax (``cardiac_family.ANATOMY_LABELS``: heart 1-3, every other structure its own
+    code), so the network learns the heart against its real neighbours, not against noise."""
+    group = GROUPS[i % 5]
     if source == "independent":  # written apart from the cardiac generator (bcer.datasets.independent)
-        return make_heart_case(f"dr{i:04d}", TRAIN_SEED0 + i, GROUPS[i % 5])
-    return make_cardiac(f"dr{i:04d}", TRAIN_SEED0 + i, "small", group=GROUPS[i % 5], family="randomised",
-                        borderline=i % 3 == 2)
+        ph = make_heart_case(f"dr{i:04d}", TRAIN_SEED0 + i, group)
+    elif anatomy:
+        return anatomy_label_cine(TRAIN_SEED0 + i, source, group)
+    else:
+        ph = make_cardiac(f"dr{i:04d}", TRAIN_SEED0 + i, "small", group=group, family=source, borderline=i % 3 == 2)
+    seg = ph.labels["seg"]
+    return np.asarray(seg.data), np.asarray(seg.affine), {k: int(ph.truth[k]) for k in ("ed_frame", "es_frame")}
 
 
-def synth_cine(i: int, sources: tuple[str, ...] = ("randomised",)) -> tuple[np.ndarray, np.ndarray, tuple[float, ...],
-                                                                             dict[str, Any]]:
-    """A randomised cine (X, Y, Z, T), its labels and spacing from the i-th label cine (sources in turn)."""
-    ph = label_cine(i, sources[i % len(sources)])
-    seg = np.asarray(ph.labels["seg"].data)
+def synth_cine(i: int, sources: tuple[str, ...] = ("randomised",), anatomy: bool = False
+               ) -> tuple[np.ndarray, np.ndarray, tuple[float, ...], dict[str, int]]:
+    """A randomised cine (X, Y, Z, T), its targets (0 / 1 RV / 2 MYO / 3 LV) and spacing from
+    the i-th label cine (sources in turn)."""
+    source = sources[i % len(sources)]
+    seg, affine, truth = label_cine(i, source, anatomy)
+    # a whole-anatomy cine names its label count, so a structure missing from some frames (the
+    # atrium) cannot shift the draws: every frame keeps the cine's one contrast per label
+    n_labels = N_ANATOMY if anatomy and source != "independent" else None
     frames, labels = [], []
     for t in range(seg.shape[3]):  # one seed per cine: every frame gets the same draws
-        s = synthesise(seg[..., t], ph.labels["seg"].affine, np.random.default_rng([TRAIN_SEED0, i]), CARDIAC_RANGES)
+        s = synthesise(seg[..., t], affine, np.random.default_rng([TRAIN_SEED0, i]), CARDIAC_RANGES,
+                       n_labels=n_labels)
         frames.append(s.image)
-        labels.append(s.labels)
+        labels.append(np.where(s.labels <= 3, s.labels, 0))  # the heart is the target, the thorax is not
     sp = tuple(float(v) for v in np.linalg.norm(s.affine[:3, :3], axis=0))
-    return np.stack(frames, -1), np.stack(labels, -1).astype(np.int16), sp, ph.truth
+    return np.stack(frames, -1), np.stack(labels, -1).astype(np.int16), sp, truth
 
 
-def cine_samples(i: int, rng: np.random.Generator, sources: tuple[str, ...] = ("randomised",)
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def cine_samples(i: int, rng: np.random.Generator, sources: tuple[str, ...] = ("randomised",),
+                 anatomy: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Stored windows and labels of the i-th synthetic cine, as ``train_bundle.cine_samples``."""
-    cine, seg, sp, truth = synth_cine(i, sources)
+    cine, seg, sp, truth = synth_cine(i, sources, anatomy)
     z, t = seg.shape[2], seg.shape[3]
     x, lab = TB.prepare(cine, sp, seg)
     centre = np.argwhere(lab > 0)[:, :2].mean(axis=0).astype(int)
@@ -118,23 +136,29 @@ def write_bundle(net: torch.nn.Module, out: Path, args: argparse.Namespace, trai
     torch.save(net.state_dict(), out / "models" / "model.pt")
     shipped = json.loads((ROOT / "bcer/assets/bundles/cardiac_unet2d/configs/metadata.json").read_text())
     (out / "configs" / "inference.json").write_text(json.dumps({"network_def": TB.NET_DEF}, indent=2))
-    meta = {**{k: shipped[k] for k in ("network_data_format", "bcer", "task")},
+    # one network: the shipped bundle's ensemble members and its flag threshold are not this model's
+    own = {k: v for k, v in shipped["bcer"].items()
+           if k not in ("members", "low_confidence_threshold", "low_confidence_chosen_on")}
+    meta = {**{k: shipped[k] for k in ("network_data_format", "task")}, "bcer": own,
             "name": "cardiac_unet2d_dr", "version": "0.0.1",
             "description": "2-D UNet for RV/MYO/LV on short-axis cine slices trained on domain-randomised synthetic "
                            "cines (scripts/train_cardiac_dr.py). Synthetic training only, not validated on patient "
                            "scans. Not for clinical use.",
             "monai_version": __import__("monai").__version__,
-            "training": {"steps": args.steps, "batch": args.batch, "n_train_cines": args.n_train, "seed": args.seed,
+            "training": {"script": "scripts/train_cardiac_dr.py", "steps": args.steps, "batch": args.batch,
+                         "lr": args.lr, "n_train_cines": args.n_train, "seed": args.seed,
                          "label_source": [{"randomised": "bcer.datasets.cardiac randomised family",
+                                           "heldout": "bcer.datasets.cardiac held-out family",
                                            "independent": "bcer.datasets.independent hearts"}[k] for k in args.sources],
+                         "whole_anatomy_cines": args.anatomy, "init": str(args.init),
                          "train_seeds": [TRAIN_SEED0, TRAIN_SEED0 + args.n_train - 1],
                          "randomisation_ranges": asdict(CARDIAC_RANGES), "torch_threads": torch.get_num_threads(),
                          "train_seconds": round(train_s, 1), "hardware": platform.processor() or platform.machine()}}
     (out / "configs" / "metadata.json").write_text(json.dumps(meta, indent=2))
 
 
-def evaluate(bundles: dict[str, str], n_cases: int) -> dict[str, Any]:
-    """Both bundles through the whole chain on the first ``n_cases`` held-out family cines."""
+def evaluate(bundles: dict[str, str], n_cases: int, family: str = "heldout") -> dict[str, Any]:
+    """Every bundle through the whole chain on the first ``n_cases`` cines of ``family``."""
     from bcer.datasets.cardiac import family_ranges  # noqa: F401  (the family table the benchmark reads)
     from bcer.tools.seg.bundle import clear_cache
 
@@ -144,7 +168,7 @@ def evaluate(bundles: dict[str, str], n_cases: int) -> dict[str, Any]:
         clear_cache()
         rows = []
         for i in range(n_cases):
-            ph = make_cardiac(f"heldout{i:03d}", seed=i, size="small", group=GROUPS[i % 5], family="heldout")
+            ph = make_cardiac(f"{family}{i:03d}", seed=i, size="small", group=GROUPS[i % 5], family=family)
             try:
                 rows.append(bench.run_case(ph, path, method="network"))
             except Exception as e:  # a failed case is a row (counted wrong), not the end of the measurement
@@ -167,36 +191,56 @@ def main() -> None:
     ap.add_argument("--eval-cases", type=int, default=0)
     ap.add_argument("--result", type=Path, default=None)
     ap.add_argument("--sources", default="randomised",
-                    help=f"label cine sources, comma-separated, used in turn: {', '.join(SOURCES)} (both: the fold "
-                         "that leaves the cardiac held-out family out)")
+                    help=f"label cine sources, comma-separated, used in turn: {', '.join(SOURCES)} (randomised,"
+                         "independent: the fold that leaves the held-out family out; heldout,independent with "
+                         "--eval-family randomised: the fold that leaves the randomised family out)")
+    ap.add_argument("--anatomy", action="store_true",
+                    help="a generator family's label cines hold the whole thorax (every structure its own contrast)")
+    ap.add_argument("--init", default="none",
+                    help="weights to start from (fine-tuning), e.g. the shipped models/model.pt; 'none': from scratch")
+    ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate of the one-cycle schedule")
+    ap.add_argument("--eval-family", default="heldout", choices=FAMILIES,
+                    help="the generator family scored by --eval-cases (never one of --sources)")
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=DIR",
+                    help="another bundle to score beside the shipped one (repeatable); with --steps 0 nothing is "
+                         "trained and only these are scored")
     args = ap.parse_args()
     args.sources = tuple(args.sources.split(","))
     if not set(args.sources) <= set(SOURCES):
         ap.error(f"--sources must be among {SOURCES}")
+    if args.eval_cases and args.eval_family in args.sources:
+        ap.error(f"--eval-family {args.eval_family} is a training source: it would not be left out")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True)
     t0 = time.time()
-    rng = np.random.default_rng(args.seed)
-    parts = [cine_samples(i, rng, args.sources) for i in range(args.n_train)]
-    x_all, y_all = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
-    prep_s = time.time() - t0
-    log.info("%d synthetic slices from %d cines (%.0f s)", len(x_all), args.n_train, prep_s)
-    net, args.steps = TB.train(x_all, y_all, args.steps, args.seed, args.batch, args.max_train_s)
-    train_s = time.time() - t0
-    write_bundle(net, args.out, args, train_s)
+    prep_s = train_s = 0.0
+    bundles = {"shipped": str(SHIPPED)}
+    if args.steps > 0:
+        rng = np.random.default_rng(args.seed)
+        parts = [cine_samples(i, rng, args.sources, args.anatomy) for i in range(args.n_train)]
+        x_all, y_all = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+        prep_s = time.time() - t0
+        log.info("%d synthetic slices from %d cines (%.0f s)", len(x_all), args.n_train, prep_s)
+        init = None if args.init == "none" else Path(args.init)
+        net, args.steps = TB.train(x_all, y_all, args.steps, args.seed, args.batch, args.max_train_s, init, args.lr)
+        train_s = time.time() - t0
+        write_bundle(net, args.out, args, train_s)
+        bundles["domain_randomised"] = str(args.out)
+    bundles |= dict(a.split("=", 1) for a in args.also)
     if args.eval_cases:
-        shipped = str(ROOT / "bcer/assets/bundles/cardiac_unet2d")
-        res = evaluate({"shipped_0.3.0": shipped, "domain_randomised": str(args.out)}, args.eval_cases)
+        res = evaluate(bundles, args.eval_cases, args.eval_family)
         record = {"setup": {"script": "scripts/train_cardiac_dr.py", "args": {k: str(v) for k, v in vars(args).items()},
                             "prep_seconds": round(prep_s, 1), "train_seconds": round(train_s, 1),
                             "hardware": f"{platform.machine()}, {args.threads} torch thread(s), shared 2-core machine",
-                            "eval_family": "cardiac heldout family (bcer.datasets.cardiac_family), seeds 0.."
-                                           f"{args.eval_cases - 1}, size small; neither bundle trained on it",
+                            "eval_family": f"cardiac {args.eval_family} family (bcer.datasets.cardiac_family), "
+                                           f"seeds 0..{args.eval_cases - 1}, size small; no training source",
+                            "shipped": json.loads((SHIPPED / "configs" / "metadata.json").read_text())["version"],
+                            "bundles": bundles,
                             "label_sources": list(args.sources),
-                            "note": "synthetic phantoms only; the held-out family shares the heart shape model with "
-                                    "the randomised-family label maps (it differs in acquisition and surroundings), "
-                                    "so it is left out as an acquisition family, not as a shape model"},
+                            "note": "synthetic phantoms only; the randomised and held-out families share one heart "
+                                    "shape model (they differ in acquisition and surroundings), so a fold that "
+                                    "leaves one out leaves out an acquisition family, not a shape model"},
                   "cardiac": res}
         if args.result:
             args.result.write_text(json.dumps(record, indent=2, default=float))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import ndimage
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "train_brain_dr.py"
 
@@ -65,21 +66,50 @@ def test_prior_draws_make_enhancing_brighter_on_t1c_than_t1(T, base) -> None:
     assert ratio["T1c"] == pytest.approx(1.25 / 0.86, rel=0.15) and ratio["T1"] == pytest.approx(0.5 / 0.85, rel=0.15)
 
 
-def test_cardiac_fold_draws_label_cines_from_both_sources() -> None:
-    """scripts/train_cardiac_dr.py --sources randomised,independent: cines alternate between the
-    cardiac generator's randomised family and the independent hearts; each synthesised cine's
-    labels keep the LV larger at the truth's ED frame than at its ES frame."""
+def _cardiac_script():
     spec = importlib.util.spec_from_file_location("train_cardiac_dr", SCRIPT.with_name("train_cardiac_dr.py"))
     mod = importlib.util.module_from_spec(spec)
     sys.modules["train_cardiac_dr"] = mod
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_cardiac_fold_draws_label_cines_from_both_sources() -> None:
+    """scripts/train_cardiac_dr.py --sources randomised,independent: cines alternate between the
+    cardiac generator's randomised family and the independent hearts; each synthesised cine's
+    labels keep the LV larger at the truth's ED frame than at its ES frame."""
+    from bcer.datasets.cardiac import GROUPS
+    from bcer.datasets.independent import make_heart_case
+
+    mod = _cardiac_script()
     both = ("randomised", "independent")
-    for i, family in ((0, "randomised"), (1, "independent")):
+    heart = make_heart_case("dr0001", mod.TRAIN_SEED0 + 1, GROUPS[1])
+    np.testing.assert_array_equal(mod.label_cine(1, "independent")[0], np.asarray(heart.labels["seg"].data))
+    for i in (0, 1):
         cine, seg, sp, truth = mod.synth_cine(i, both)
-        assert truth.get("family", "randomised") == family
         assert cine.shape == seg.shape and set(np.unique(seg)) == {0, 1, 2, 3} and len(sp) == 3
         lv = (seg == 3).sum(axis=(0, 1, 2))
         assert lv[truth["ed_frame"]] > lv[truth["es_frame"]]
+
+
+def test_cardiac_whole_anatomy_cines_share_one_contrast_and_keep_the_heart_targets() -> None:
+    """--anatomy: a generator cine holds the thorax; its synthesised frames share one draw per
+    label (the static body has the same intensity in every frame, so the temporal-std channel
+    sees motion only), and the targets are exactly the heart's labels after the same warp."""
+    from bcer.datasets.cardiac_family import ANATOMY_LABELS
+
+    mod = _cardiac_script()
+    lab, _, truth = mod.label_cine(0, "randomised", anatomy=True)
+    assert len(np.unique(lab)) >= 7 and lab.max() <= max(ANATOMY_LABELS)
+    cine, seg, _, t2 = mod.synth_cine(0, ("randomised",), anatomy=True)
+    assert t2 == truth and set(np.unique(seg)) == {0, 1, 2, 3}
+    moving = (seg != seg[..., :1]).any(axis=-1)
+    still = ~ndimage.binary_dilation(moving | (seg > 0).any(axis=-1), iterations=3)
+    # away from the beating heart every frame is the same image up to the per-frame noise
+    noise = np.std(cine[still], axis=-1).mean()
+    assert noise < 0.2 * np.std(cine[still][:, 0])
+    lv = (seg == 3).sum(axis=(0, 1, 2))
+    assert lv[truth["ed_frame"]] > lv[truth["es_frame"]]
 
 
 def test_prostate_script_label_sources_and_whole_anatomy_targets() -> None:

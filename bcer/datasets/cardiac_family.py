@@ -333,4 +333,56 @@ def _image(draw: dict[str, Any], rng: np.random.Generator, fam: C.FamilyRanges, 
                 {"case_id": case_id, "sequence": "cine", "rr_ms": rr, "frame_ms": rr / n})
 
 
+# whole-anatomy label cines (SynthSeg-style training): the heart keeps LABELS' codes 1-3, every
+# other structure bcer paints gets a code of its own; 0 is air outside the body
+ANATOMY_LABELS = {1: "RV", 2: "MYO", 3: "LV", 4: "subcutaneous_fat", 5: "body", 6: "lung", 7: "aorta",
+                  8: "liver", 9: "pericardial_fat", 10: "left_atrium", 11: "rv_wall"}
+_THORAX_CODES = {"fat": 4, "body": 5, "lung": 6, "aorta": 7}
+
+
+def _thorax_labels(world: np.ndarray, liver: dict[str, list[float]] | None) -> np.ndarray:
+    """The base thorax (``cardiac._background``) and the family's liver as label codes."""
+    img = C._background(world)
+    out = np.zeros(img.shape, np.int16)
+    for name, code in _THORAX_CODES.items():
+        out[img == np.float32(C.INTENSITY[name])] = code
+    if liver is not None:
+        out[_liver(world, liver) & (img > 0)] = 8
+    return out
+
+
+def anatomy_label_cine(seed: int, family: str, group: str, size: Size = "small"
+                       ) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """A family heart in its thorax as a whole-anatomy label cine (``ANATOMY_LABELS``).
+
+    The heart, its motion, the stack geometry and the surroundings (left atrium, pericardial
+    fat, liver) are drawn as for :func:`make_family_cardiac`, from a seed stream apart from
+    it; no image is rendered and the draw is not checked against the ACDC criteria (a
+    training label map need not be a clean group example).
+
+    Returns:
+        (labels (X, Y, Z, T) int16, affine, {"ed_frame", "es_frame"} of the LV volume curve).
+    """
+    fam = C.FAMILY_RANGES[family]
+    rng = np.random.default_rng([int(seed), 0xCA2D, _FAMILY_SALT[family], 0xA7])
+    draw = _draw_case(rng, size, group, fam, borderline=False)
+    truth = C.cardiac_truth(draw["seg"], draw["height"], draw["weight"])
+    st, p, ex, box = draw["stack"], draw["p"], draw["extras"], draw["box"]
+    thorax = _thorax_labels(draw["world"], ex["liver"])
+    q, r, theta, akin = draw["q"][box], draw["r"][box], draw["theta"][box], draw["akin"]
+    akin = None if akin is None else akin[box]
+    frames = []
+    for c in draw["states"]:
+        lab, parts = _scene(q, r, theta, float(c), p, akin, ex, st["spacing"])
+        out = thorax.copy()
+        sub = out[box]
+        for name, code in (("fat", 9), ("la", 10), ("rv_wall", 11)):
+            if name in parts:
+                sub[parts[name]] = code
+        sub[lab > 0] = lab[lab > 0]
+        out[box] = sub
+        frames.append(out)
+    return np.stack(frames, axis=-1), draw["affine"].copy(), {k: int(truth[k]) for k in ("ed_frame", "es_frame")}
+
+
 register_family_builder("cardiac", make_family_cardiac)

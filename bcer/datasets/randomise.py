@@ -116,9 +116,11 @@ def warp(lab: np.ndarray, sp: np.ndarray, rng: np.random.Generator, r: Randomise
     return out.reshape(lab.shape).astype(np.int16), {"affine_mm": m.tolist(), "elastic_sd_mm": r.elastic_mm}
 
 
-def gmm(lab: np.ndarray, rng: np.random.Generator, r: RandomiseRanges) -> tuple[np.ndarray, dict[int, tuple]]:
-    """One random Gaussian per label value: mean ~ U(r.mean), SD ~ U(r.std)."""
-    values = np.unique(lab)
+def gmm(lab: np.ndarray, rng: np.random.Generator, r: RandomiseRanges, n_values: int | None = None
+        ) -> tuple[np.ndarray, dict[int, tuple]]:
+    """One random Gaussian per label value: mean ~ U(r.mean), SD ~ U(r.std). With ``n_values``
+    every value below it is drawn, present or not, so maps with the same count share draws."""
+    values = np.unique(lab) if n_values is None else np.arange(max(n_values, int(lab.max()) + 1))
     draws = {int(v): (float(rng.uniform(*r.mean)), float(rng.uniform(*r.std))) for v in values}
     lut_m = np.zeros(int(values.max()) + 1, np.float32)
     lut_s = np.zeros_like(lut_m)
@@ -197,7 +199,8 @@ def reorient(img: np.ndarray, lab: np.ndarray, affine: np.ndarray, rng: np.rando
 
 
 def synthesise(labels: np.ndarray, affine: np.ndarray, rng: np.random.Generator,
-               ranges: RandomiseRanges = RANGES, clutter_background: bool = True) -> Synth:
+               ranges: RandomiseRanges = RANGES, clutter_background: bool = True,
+               n_labels: int | None = None) -> Synth:
     """One random image and its label map from a label map (module docstring, steps 1-6).
 
     Args:
@@ -206,6 +209,9 @@ def synthesise(labels: np.ndarray, affine: np.ndarray, rng: np.random.Generator,
         rng: every draw comes from it.
         ranges: the randomisation ranges.
         clutter_background: split the background into random regions of their own contrast.
+        n_labels: the label values are 0..n_labels-1, whether present in this map or not: the
+            frames of one cine, drawn with the same seed, then get the same contrast per label
+            even when a structure is missing from some frames (None: the values present).
 
     Returns:
         Synth with the image in [0, 1], the labels (targets only: clutter is 0), the affine
@@ -222,7 +228,7 @@ def synthesise(labels: np.ndarray, affine: np.ndarray, rng: np.random.Generator,
         raise ToolError(ErrorCode.shape, f"labels must be 3-D, got shape {lab.shape}",
                         hint="give one 3-D label map (X, Y, Z)", arg="labels")
     sp = np.asarray(affine_spacing(affine), np.float64)
-    top = int(lab.max()) + 1
+    top = int(lab.max()) + 1 if n_labels is None else max(int(n_labels), int(lab.max()) + 1)
     full = lab.copy()
     params: dict[str, Any] = {}
     if clutter_background:
@@ -233,7 +239,7 @@ def synthesise(labels: np.ndarray, affine: np.ndarray, rng: np.random.Generator,
         params["clutter_classes"] = n
     full, params["warp"] = warp(full, sp, rng, ranges)
     target = np.where(full < top, full, 0).astype(np.int16)
-    img, draws = gmm(full, rng, ranges)
+    img, draws = gmm(full, rng, ranges, None if n_labels is None else top + params.get("clutter_classes", 0))
     params["gmm"] = {str(k): v for k, v in draws.items()}
     img, params["acquisition"] = acquire(img, sp, rng, ranges)
     img, params["scanner"] = scanner(img, rng, ranges)

@@ -99,3 +99,23 @@ def test_family_ranges_pins_one_nuisance_and_keeps_the_rest_paired() -> None:
         with family_ranges("randomised", liver=1.0):
             raise RuntimeError("a failing case")
     assert FAMILY_RANGES["randomised"] is before
+
+
+@pytest.mark.parametrize("family,group", [("randomised", "DCM"), ("heldout", "HCM")])
+def test_anatomy_label_cine_holds_the_thorax_around_a_beating_heart(family: str, group: str) -> None:
+    """The whole-anatomy label cine for SynthSeg-style training: the heart keeps its codes 1-3
+    and beats (ED is the frame of the largest LV, ES of the smallest), the thorax has its own
+    codes (body, lung, subcutaneous fat), and the heart lies inside the body."""
+    from bcer.datasets.cardiac_family import ANATOMY_LABELS, anatomy_label_cine
+
+    lab, affine, frames = anatomy_label_cine(3, family, group)
+    assert lab.ndim == 4 and affine.shape == (4, 4) and lab.max() <= max(ANATOMY_LABELS)
+    codes = set(np.unique(lab).tolist())
+    assert {1, 2, 3, 4, 5, 6} <= codes
+    lv = (lab == 3).sum(axis=(0, 1, 2))
+    assert frames["ed_frame"] == int(np.argmax(lv)) and frames["es_frame"] == int(np.argmin(lv))
+    assert lv.max() > 1.1 * lv.min()  # a DCM ejects little
+    heart = (lab[..., 0] >= 1) & (lab[..., 0] <= 3)
+    assert not (heart & (lab[..., 1] == 0)).any()  # no heart voxel becomes air in the next frame
+    static = lab[..., 0] == lab[..., -1]
+    assert (lab[..., 0][~static] <= 11).all() and static.mean() > 0.8  # only the heart region changes

@@ -118,3 +118,21 @@ def test_same_seed_same_sample_and_sources() -> None:
         assert want <= set(np.unique(src).tolist()) <= set(names) | {0}
         s = synthesise(src, aff, np.random.default_rng(0))
         assert set(np.unique(s.labels).tolist()) <= set(names) | {0} and 0.0 <= s.image.min() < s.image.max() <= 1.0
+
+
+def test_n_labels_keeps_one_draw_per_label_when_a_label_is_missing() -> None:
+    """Two frames of one cine, drawn with the same seed, where a structure (label 3) is present
+    in one frame only: with ``n_labels`` the labels both frames hold get the same Gaussians;
+    without it the absent label shifts the draws of the background clutter (the control)."""
+    a = _two_boxes()
+    a[20:26, 10:16, 8:12] = 3
+    b = np.where(a == 3, 2, a).astype(np.int16)
+
+    def draws(lab: np.ndarray, n_labels: int | None) -> dict[str, tuple]:
+        return synthesise(lab, AFF, np.random.default_rng(7), n_labels=n_labels).params["gmm"]
+
+    da, db = draws(a, 4), draws(b, 4)
+    assert set(da) == set(db) and da == db  # every label value drawn in both, the same way
+    na, nb = draws(a, None), draws(b, None)
+    assert set(na) != set(nb) and [na[k] for k in ("0", "1", "2")] == [nb[k] for k in ("0", "1", "2")]
+    assert na[str(max(map(int, na)))] != nb[str(max(map(int, nb)))]
