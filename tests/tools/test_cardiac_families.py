@@ -96,3 +96,18 @@ def test_a_frame_that_loses_the_lv_is_never_es() -> None:
     assert (counts.rows[0]["ed_frame"], counts.rows[0]["es_frame"]) == (t["ed_frame"], t["es_frame"])
     assert counts.meta["outlier_frames"] == [bad]
     assert outlier_frames(np.array([10.0, 10.5, 11.0, 10.6, 10.1, 9.9])).sum() == 0  # a smooth cycle has none
+
+
+def test_a_sharp_systole_in_few_frames_is_not_an_outlier() -> None:
+    """10 frames, EF 70 %: the end-systolic frame dips some 20 mL below both neighbours, as a
+    real heart does at that frame rate, and stays the ES candidate; a lost frame (the volume
+    gone in one diastolic frame) is still an outlier, as is a lost frame among 25."""
+    curve = np.array([91.0, 55.0, 36.0, 57.0, 92.0, 98.0, 100.0, 102.0, 111.0, 117.0])
+    assert outlier_frames(curve).sum() == 0
+    lost = curve.copy()
+    lost[6] = 5.0
+    assert np.flatnonzero(outlier_frames(lost)).tolist() == [6]
+    phase = np.linspace(0, 2 * np.pi, 25, endpoint=False)
+    slow = 120.0 - 40.0 * np.sin(phase / 2) ** 2  # 25 frames, stroke volume 40 mL
+    slow[12] -= 45.0
+    assert np.flatnonzero(outlier_frames(slow)).tolist() == [12]
