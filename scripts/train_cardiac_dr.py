@@ -11,23 +11,34 @@ permutations are off: the network reads short-axis slices. The network, its inpu
 pre-processing and training loop are ``scripts/train_bundle.py``'s (same ``NET_DEF``,
 ``PIXDIM``, crops and augmentation), so the two bundles differ only in their training images.
 
-Label cines come from the cardiac generator's ``randomised`` family (all five ACDC groups,
-every third case borderline), and with ``--sources randomised,independent`` in turn from the
-independent family's hearts (``bcer.datasets.independent``, written apart from the cardiac
-generator; training seeds disjoint from its evaluation seeds): the fold that leaves the
-``heldout`` family out. The evaluation (``--eval-cases``) runs the whole chain
-(``benchmarks/cardiac_families.py``'s ``run_case``: seg.cardiac -> cardiac.ed_es ->
-quant.cardiac_function -> classify.cardiac_acdc) on the ``heldout`` family, which neither
-bundle saw; it measures only. Limitation: that family draws its hearts from the same heart
-model as the randomised-family label maps (another acquisition and surroundings, not another
-shape model), so it is left out as an acquisition family, not as a shape model. A model
-trained with the independent hearts can no longer be scored on the independent family.
+Label cines come from the cardiac generator's families (all five ACDC groups, every third
+case borderline) and from the independent family's hearts (``bcer.datasets.independent``,
+written apart from the cardiac generator; training seeds disjoint from its evaluation seeds),
+used in turn (``--sources``). With ``--anatomy`` a generator cine is the whole thorax
+(``bcer.datasets.cardiac_family.anatomy_label_cine``: heart, body, fat, lungs, aorta, liver,
+pericardial fat, atrium, RV wall, each its own random contrast), as SynthSeg trains on whole
+label maps; the independent hearts stay heart-only. ``--init`` fine-tunes given weights.
+The folds: ``--sources randomised`` leaves the held-out and independent families out;
+``randomised,independent`` the held-out family; ``heldout,independent --eval-family
+randomised --init none`` the randomised family (every shipped weight saw it).
+
+The evaluation (``--eval-cases``) runs the whole chain (``benchmarks/cardiac_families.py``'s
+``run_case``: seg.cardiac's network -> cardiac.ed_es -> quant.cardiac_function ->
+classify.cardiac_acdc) on ``--eval-family``, for the shipped bundle, the new one and any
+``--also NAME=DIR``; with ``--steps 0`` it only scores. It measures only. Limitation: the
+randomised and held-out families draw their hearts from the same heart model (another
+acquisition and surroundings, not another shape model), so a fold between them leaves out
+an acquisition family, not a shape model. A model trained with the independent hearts can
+no longer be scored on the independent family.
 
 Determinism: all draws come from seeded generators, torch runs deterministic algorithms on
 ``--threads`` threads. Usage::
 
     OMP_NUM_THREADS=1 python scripts/train_cardiac_dr.py --n-train 40 --max-train-s 480 --out /tmp/cardiac_dr
         [--eval-cases 8] [--result /tmp/cardiac_dr.json]
+    # the whole-thorax member of the cardiac candidate 0.4.0 (benchmarks/models/cardiac_unet2d_ens)
+    OMP_NUM_THREADS=2 python scripts/train_cardiac_dr.py --anatomy --lr 1e-3 --n-train 400 --steps 16000 \
+        --init bcer/assets/bundles/cardiac_unet2d/models/model.pt --threads 2 --out /tmp/cardiac_anatomy
 
 The weights are written to ``--out`` only; the shipped default bundle is replaced by hand, and
 only by a model measured better on a family it never saw.
@@ -134,7 +145,7 @@ def write_bundle(net: torch.nn.Module, out: Path, args: argparse.Namespace, trai
     (out / "configs").mkdir(parents=True, exist_ok=True)
     (out / "models").mkdir(parents=True, exist_ok=True)
     torch.save(net.state_dict(), out / "models" / "model.pt")
-    shipped = json.loads((ROOT / "bcer/assets/bundles/cardiac_unet2d/configs/metadata.json").read_text())
+    shipped = json.loads((SHIPPED / "configs" / "metadata.json").read_text())
     (out / "configs" / "inference.json").write_text(json.dumps({"network_def": TB.NET_DEF}, indent=2))
     # one network: the shipped bundle's ensemble members and its flag threshold are not this model's
     own = {k: v for k, v in shipped["bcer"].items()
@@ -208,6 +219,8 @@ def main() -> None:
     args.sources = tuple(args.sources.split(","))
     if not set(args.sources) <= set(SOURCES):
         ap.error(f"--sources must be among {SOURCES}")
+    if any("=" not in a for a in args.also):
+        ap.error("--also takes NAME=DIR")
     if args.eval_cases and args.eval_family in args.sources:
         ap.error(f"--eval-family {args.eval_family} is a training source: it would not be left out")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
