@@ -213,3 +213,25 @@ def test_prostate_lesion_side_relative_to_the_gland_not_the_world_origin() -> No
     truth = sorted(ph.truth["lesions"], key=lambda les: les["centroid_world"][0])
     got = sorted(found.items, key=lambda f: f.attributes["centroid_world"][0])
     assert [f.side for f in got] == [les["side"] for les in truth] == ["L", "R"]
+
+
+def test_real_mni152_head_on_a_brats_grid() -> None:
+    """Real anatomy we did not make: nilearn's MNI152 T1 template, its voxels unchanged, on a
+    BraTS-style grid (voxel i -> world x = -i: every voxel has x <= 0). Its mid-sagittal plane
+    is the template's x = 0, voxel 98: the fitted midline must sit there, and balls 25 mm
+    either side of it must get their side although both have negative world x."""
+    from nilearn.datasets import load_mni152_template
+
+    t1 = load_mni152_template(resolution=1)
+    data = np.asarray(t1.get_fdata(), np.float32)
+    mid_vox = float(np.linalg.solve(t1.affine, [0.0, 0.0, 0.0, 1.0])[0])  # x = 0 in MNI space
+    aff = np.array([[-1.0, 0, 0, 0], [0, -1.0, 0, data.shape[1] - 1.0], [0, 0, 1.0, 0], [0, 0, 0, 1]])
+    mid = midline_from_image(data, aff)
+    assert mid is not None and mid.source == "image foreground outline"
+    j, k = data.shape[1] / 2, data.shape[2] / 2
+    world = vox2world(aff, np.array([[mid_vox, j, k]]))[0]
+    assert mid.a + mid.b * world[1] + mid.c * world[2] == pytest.approx(-mid_vox, abs=2.0)
+    for i, want in ((mid_vox - 25.0, "R"), (mid_vox + 25.0, "L")):
+        row = _features(data, _ball(data.shape, (i, 126.0, 72.0), 8.0), aff)
+        assert row["centroid_x"] < 0 and row["side"] == want
+        assert abs(row["midline_offset_mm"]) == pytest.approx(25.0, abs=2.0)
