@@ -177,3 +177,33 @@ def test_no_frame_loses_its_lv() -> None:
     assert {6, 13, 14} <= set(out.meta["network_frames"]), out.meta["network_frames"]
     worst = min(dice(out.data[..., t] == 3, truth[..., t] == 3) for t in range(truth.shape[3]))
     assert worst >= 0.9, worst
+
+
+def test_a_bundle_states_its_own_flag_threshold(tmp_path) -> None:
+    """A flag threshold belongs to the model it was chosen for: a cardiac bundle that states
+    ``bcer.low_confidence_threshold`` is judged by it (same score, other verdicts at 0.0 and
+    0.999); one that states none gets the tool's threshold."""
+    import json
+    import shutil
+
+    from bcer.tools.seg.bundle import shipped_bundle
+    from bcer.tools.seg.confidence import THRESHOLDS
+
+    ph = make_cardiac("thr", 5, "small", group="NOR")
+    verdicts = {}
+    for name, own in (("none", None), ("low", 0.0), ("high", 0.999)):
+        b = tmp_path / name
+        shutil.copytree(shipped_bundle(), b)
+        meta_file = b / "configs" / "metadata.json"
+        meta = json.loads(meta_file.read_text())
+        meta["bcer"].pop("low_confidence_threshold", None)
+        if own is not None:
+            meta["bcer"]["low_confidence_threshold"] = own
+        meta_file.write_text(json.dumps(meta))
+        conf = call_tool("seg.cardiac", {"cine": ph.sequences["CINE"]},
+                         {"method": "hybrid", "bundle_dir": str(b)})["labels"].meta["confidence"]
+        verdicts[name] = conf
+    assert verdicts["none"]["threshold"] == THRESHOLDS["seg.cardiac"]
+    assert verdicts["low"]["threshold"] == 0.0 and verdicts["high"]["threshold"] == 0.999
+    assert verdicts["low"]["score"] == verdicts["high"]["score"] == verdicts["none"]["score"] < 0.999
+    assert not verdicts["low"]["low_confidence"] and verdicts["high"]["low_confidence"]

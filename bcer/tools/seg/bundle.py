@@ -515,6 +515,9 @@ def run_bundle(bundle_dir: str, channels: np.ndarray | Sequence[Channel], spacin
             "label_map": {str(k): v for k, v in mapping.items()} if isinstance(mapping, dict) else mapping}
     if bundle.members:
         meta["ensemble_members"] = len(bundle.networks)
+    # a flag threshold belongs to the model it was chosen for: the tool applies it to its score
+    if (own := bundle.meta.get("bcer", {}).get("low_confidence_threshold")) is not None:
+        meta["low_confidence_threshold"] = float(own)
     if bundle.pipeline is not None and bundle.pipeline.notes:
         meta["bundle_notes"] = list(bundle.pipeline.notes)
     meta["method_card"] = network_card(bundle.path).model_dump(exclude_defaults=True)  # weights digest, training data

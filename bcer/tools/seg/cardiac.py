@@ -36,7 +36,7 @@ from ..methods import MethodCard, classical_card, hybrid_card, seg_card
 from ..registry import tool
 from ._common import BundleParams
 from .cardiac_classical import classical_labels
-from .confidence import attach, confidence, dice_by_label
+from .confidence import METHODS, THRESHOLDS, attach, confidence, dice_by_label
 
 log = logging.getLogger(__name__)
 
@@ -329,7 +329,11 @@ def cardiac(cine: Cine, params: CardiacParams, device: str = "cpu") -> Mask:
         labels, meta = _auto(cine, data, params, device)
     meta["method_card"] = _card(meta)
     reason = _no_second_reading(meta)
-    attach(meta, confidence("seg.cardiac", meta.pop("agreement", None), reason))
+    net = meta.get("network") if isinstance(meta.get("network"), dict) else meta
+    own = net.get("low_confidence_threshold")  # the bundle's own, chosen on its development data
+    threshold = THRESHOLDS["seg.cardiac"] if own is None else float(own)
+    attach(meta, confidence("seg.cardiac", meta.pop("agreement", None), reason, threshold=threshold,
+                            method=METHODS["seg.cardiac"]))
     out = to_stored_grid(labels, full.shape, box, ornt)
     vox = cine.voxel_volume_ml
     lv = np.count_nonzero(out == 3, axis=(0, 1, 2)) * vox

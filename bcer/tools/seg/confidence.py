@@ -9,7 +9,8 @@ header and the case page show):
   classical method (both already run for the default hybrid): Dice per structure (LV, MYO,
   RV) over every frame, score = the lowest. When the classical method stands alone (the
   network failed its checks or could not run) there is nothing to agree with: the score is
-  None and the case is flagged.
+  None and the case is flagged. A bundle other than the shipped one may state its own
+  threshold for this agreement (``bcer.low_confidence_threshold``).
 * ``seg.prostate`` (network): test-time flip. The network also segments the left-right
   mirrored volume (the canonical grid's first axis); score = the lowest Dice of gland, PZ and
   TZ between the two answers. The classical fallback is flagged like cardiac's. A retrained
