@@ -63,6 +63,7 @@ from bcer.datasets.cardiac import GROUPS, make_cardiac
 from bcer.datasets.cardiac_family import ANATOMY_LABELS, anatomy_label_cine
 from bcer.datasets.independent import make_heart_case
 from bcer.datasets.randomise import RANGES, synthesise
+from bcer.tools.seg.bundle import WEIGHTS_OWN_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "bcer" / "assets" / "bundles" / "cardiac_unet2d"
@@ -148,8 +149,7 @@ def write_bundle(net: torch.nn.Module, out: Path, args: argparse.Namespace, trai
     shipped = json.loads((SHIPPED / "configs" / "metadata.json").read_text())
     (out / "configs" / "inference.json").write_text(json.dumps({"network_def": TB.NET_DEF}, indent=2))
     # one network: the shipped bundle's ensemble members and its flag threshold are not this model's
-    own = {k: v for k, v in shipped["bcer"].items()
-           if k not in ("members", "low_confidence_threshold", "low_confidence_chosen_on")}
+    own = {k: v for k, v in shipped["bcer"].items() if k not in WEIGHTS_OWN_KEYS}
     meta = {**{k: shipped[k] for k in ("network_data_format", "task")}, "bcer": own,
             "name": "cardiac_unet2d_dr", "version": "0.0.1",
             "description": "2-D UNet for RV/MYO/LV on short-axis cine slices trained on domain-randomised synthetic "

@@ -51,6 +51,7 @@ import torch
 
 from bcer.datasets.prostate import make_prostate
 from bcer.datasets.randomise import RANGES, synthesise
+from bcer.tools.seg.bundle import WEIGHTS_OWN_KEYS
 from bcer.tools.seg.prostate_net import CANONICAL_SPACING, canonical_grid, segment, to_canonical, zscore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,8 +140,7 @@ def write_bundle(net: torch.nn.Module, out: Path, args: argparse.Namespace, trai
     shipped = json.loads((SHIPPED / "configs" / "metadata.json").read_text())
     (out / "configs" / "inference.json").write_text(json.dumps({"network_def": TP.NET_DEF}, indent=2) + "\n")
     # one network: the shipped bundle's ensemble members and its flag threshold are not this model's
-    own = {k: v for k, v in shipped["bcer"].items()
-           if k not in ("members", "low_confidence_threshold", "low_confidence_chosen_on")}
+    own = {k: v for k, v in shipped["bcer"].items() if k not in WEIGHTS_OWN_KEYS}
     meta = {**{k: shipped[k] for k in ("network_data_format", "task")}, "bcer": own,
             "name": "prostate_unet3d", "version": args.version,
             "description": "3-D UNet for the prostate peripheral (1) and transition (2) zones on T2w, on a canonical "

@@ -229,7 +229,7 @@ def _bundle(t1: Image, t1c: Image, t2: Image, flair: Image, params: BrainTumorPa
     four contrasts mirrored along the first voxel axis (affine unchanged, so the network sees
     a mirrored head, a real second reading even for a bundle that reorients its input),
     mirrored back; threshold from the bundle's metadata (``bcer.low_confidence_threshold``)."""
-    from .bundle import load_bundle, run_bundle
+    from .bundle import run_bundle
     from .bundle_labels import BRATS_TARGETS, Channel
 
     def run(flip: bool) -> tuple[np.ndarray, dict]:
@@ -243,7 +243,7 @@ def _bundle(t1: Image, t1c: Image, t2: Image, flair: Image, params: BrainTumorPa
     labels, meta = run(False)
     mirrored, _ = run(True)
     parts = dice_by_label(labels, mirrored, {"WT": (1, 2, 4), "TC": (1, 4), "ET": (4,)})
-    threshold = load_bundle(params.bundle_dir, device).meta.get("bcer", {}).get("low_confidence_threshold")
+    threshold = meta.get("low_confidence_threshold")  # run_bundle passes on the bundle's own
     conf = confidence("seg.brain_tumor", parts, "" if threshold is not None else
                       "the bundle states no bcer.low_confidence_threshold for its mirror agreement",
                       threshold=None if threshold is None else float(threshold), method=MIRROR_METHOD)

@@ -194,6 +194,11 @@ def _member_files(cfg: BundleConfig, bundle: Bundle) -> list[Path]:
     return paths
 
 
+# keys of a bundle's ``bcer`` options that belong to its trained weights, not to its network
+# definition: a retrained network built from this bundle's configs must not inherit them
+WEIGHTS_OWN_KEYS = ("members", "low_confidence_threshold", "low_confidence_chosen_on")
+
+
 def ensemble_forward(networks: Sequence[Any]) -> Any:
     """One network, or a callable that averages the softmax of several (same classes): what
     a sliding window runs. The arg-max of averaged probabilities is the ensemble's answer."""
@@ -524,5 +529,5 @@ def run_bundle(bundle_dir: str, channels: np.ndarray | Sequence[Channel], spacin
     return labels.astype(np.int16), meta
 
 
-__all__ = ["Bundle", "Channel", "cache_info", "check_bundle_dir", "clear_cache", "ensemble_forward", "load_bundle",
-           "run_bundle", "shipped_bundle"]
+__all__ = ["WEIGHTS_OWN_KEYS", "Bundle", "Channel", "cache_info", "check_bundle_dir", "clear_cache",
+           "ensemble_forward", "load_bundle", "run_bundle", "shipped_bundle"]
