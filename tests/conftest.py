@@ -3,6 +3,7 @@ small bench of every task (the bench tests and the page tests read the same run)
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -24,6 +25,7 @@ def ray_local():
              log_to_driver=False, configure_logging=False)
     yield ray
     ray.shutdown()
+    shutil.rmtree(tmp, ignore_errors=True)  # the session's logs and spilled objects
 
 
 @pytest.fixture(autouse=True)

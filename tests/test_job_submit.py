@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -70,6 +71,7 @@ def head(tmp_path):
         yield f"http://127.0.0.1:{ports['dashboard']}"
     finally:
         _kill_session(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _submit(address: str, *entrypoint: str, tries: int = 12) -> subprocess.CompletedProcess:
