@@ -199,3 +199,47 @@ def test_cardiac_function_phase_doubt_from_a_foreign_phases_table() -> None:
     assert row["es_alternative"] == alt and "ed_alternative" not in row  # ED is not in doubt
     efs = sorted(100 * (lv[ed] - lv[b]) / lv[ed] for b in (es, alt))
     assert (row["lv_ef_min_pct"], row["lv_ef_max_pct"]) == pytest.approx(efs, rel=1e-9)
+
+
+def _ring_heart(scars: set[tuple[int, int]], n_slices: int = 6) -> Mask:
+    """A short-axis label cine (ED, ES) of a ring-shaped LV on a 1 mm grid: everywhere the cavity
+    shrinks from 20 to 14 mm radius and the 9 mm wall thickens (its area is kept, 25 %), except
+    in the (slice, 60-degree sector) cells of ``scars``, which stay at the diastolic cavity with
+    a 4.5 mm wall at both phases (akinetic and thinned). With this axis-aligned affine, sector s
+    covers angles [60 s, 60 s + 60) from array axis 0 towards axis 1 (:func:`world_ray_steps`)."""
+    n = 80
+    i, j = np.mgrid[:n, :n] - (n - 1) / 2.0
+    r, ang = np.hypot(i, j), np.degrees(np.arctan2(j, i)) % 360.0
+    sector = (ang // 60).astype(int)
+    lab = np.zeros((n, n, n_slices, 2), np.uint8)
+    for k in range(n_slices):
+        scar = np.isin(sector, [s for z, s in scars if z == k])
+        for t, (cav, outer) in enumerate(((20.0, 29.0), (14.0, np.sqrt(14.0**2 + 29.0**2 - 20.0**2)))):
+            cav_r = np.where(scar, 20.0, cav)
+            out_r = np.where(scar, 24.5, outer)
+            lab[..., k, t][r <= out_r] = 2
+            lab[..., k, t][r <= cav_r] = 3
+    return Mask(lab, np.diag([1.0, 1.0, 8.0, 1.0]), labels={1: "RV", 2: "MYO", 3: "LV"})
+
+
+@pytest.mark.parametrize("scars,in_territory,isolated", [
+    (set(), 0, 0),
+    ({(2, 1)}, 0, 1),                      # one akinetic, thinned segment: not a territory
+    ({(2, 1), (3, 1)}, 2, 0),              # the same sector on adjacent slices
+    ({(2, 5), (2, 0)}, 2, 0),              # adjacent sectors across the 0/360 degree seam
+    ({(1, 0), (4, 3)}, 0, 2),              # two apart: scattered, not regional
+    ({(1, 2), (2, 2), (3, 2), (3, 3)}, 4, 0),
+])
+def test_abnormal_segments_count_only_a_territory(scars, in_territory: int, isolated: int) -> None:
+    """Akinetic, thinned segments count as a regional abnormality only where they touch another
+    (same or adjacent slice and sector); the injected scar cells are the ground truth."""
+    t = call_tool("quant.cardiac_function", {"labels": _ring_heart(scars)})["function"]
+    row = t.rows[0]
+    assert row["n_segments"] == 36
+    assert row["median_segment_thickening_pct"] == pytest.approx(100 * (np.sqrt(14**2 + 29**2 - 20**2) - 14 - 9) / 9,
+                                                                 abs=4.0)
+    assert (row["n_abnormal_segments"], row["n_isolated_akinetic_segments"]) == (in_territory, isolated)
+    marked = {(r["slice"], r["sector"]) for r in t.meta["regional"] if r["akinetic_thinned"]}
+    assert marked == scars
+    assert {(r["slice"], r["sector"]) for r in t.meta["regional"] if r["abnormal"]} <= scars
+    assert t.units["n_isolated_akinetic_segments"] == "segments"
