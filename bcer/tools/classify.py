@@ -91,8 +91,7 @@ def cardiac_acdc(function: Table, params: AcdcParams) -> Classification:
     """ACDC group (NOR, DCM, HCM, MINF, RV) from cardiac function by the ACDC criteria.
 
     Order: HCM if LVEF > 55 % and (thickest segment >= 15 mm or LV mass index >= 110 g/m2); else with
-    LVEF < 40 %: MINF when >= 2 segments contract abnormally (akinetic and thinned, in one
-    territory: ``quant.cardiac_function``'s ``n_abnormal_segments``), DCM when
+    LVEF < 40 %: MINF when >= 2 segments contract abnormally (akinetic and thinned), DCM when
     LVEDVi > 100 mL/m2, else MINF (reduced EF without dilation); else RV if RVEDVi > 110 mL/m2
     or RVEF < 40 %; else NOR.
 

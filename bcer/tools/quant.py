@@ -307,39 +307,19 @@ def robust_segment_wall_mm(rows: list[dict[str, Any]]) -> float:
     return max(sorted(v)[-2] if len(v) >= 2 else v[0] for v in by_sector.values())
 
 
-def in_territory(rows: list[dict[str, Any]], scar: np.ndarray, n_sectors: int) -> np.ndarray:
-    """Which akinetic, thinned segments lie in a territory: next to another such segment, in
-    the same or an adjacent slice and the same or an adjacent sector (sectors wrap around).
-
-    A regional abnormality (an infarct) is a coronary territory: a wedge of wall over several
-    slices or sectors. A lone akinetic segment is what a noisy segmentation of a globally
-    hypokinetic (dilated) heart shows here and there; counting it calls diffuse disease
-    regional."""
-    keys = [(int(r["slice"]), int(r["sector"])) for r in rows]
-    marked = {k for k, s in zip(keys, scar) if s}
-
-    def has_neighbour(k: tuple[int, int]) -> bool:
-        return any((k[0] + dz, (k[1] + ds) % n_sectors) in marked
-                   for dz in (-1, 0, 1) for ds in (-1, 0, 1) if (dz, ds) != (0, 0))
-    return np.array([s and has_neighbour(k) for k, s in zip(keys, scar)], dtype=bool)
-
-
 def _regional(ed_lab: np.ndarray, es_lab: np.ndarray, affine: np.ndarray,
               p: CardiacFunctionParams) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     rows = regional_thickening(ed_lab, es_lab, affine, p.n_sectors)
     if not rows:
-        return {"n_segments": 0, "n_abnormal_segments": 0, "n_isolated_akinetic_segments": 0,
-                "median_segment_thickening_pct": float("nan"),
+        return {"n_segments": 0, "n_abnormal_segments": 0, "median_segment_thickening_pct": float("nan"),
                 "min_segment_thickening_pct": float("nan"), "max_segment_wall_mm": float("nan"),
                 "robust_segment_wall_mm": float("nan")}, rows
     wall = np.array([r["wall_ed_mm"] for r in rows])
     thick = np.array([r["thickening_pct"] for r in rows])
-    scar = (thick < p.akinesia_thickening_pct) & (wall < p.thinning_ratio * np.median(wall))
-    abnormal = in_territory(rows, scar, p.n_sectors)
-    for r, s, a in zip(rows, scar, abnormal):
-        r["akinetic_thinned"], r["abnormal"] = bool(s), bool(a)
+    abnormal = (thick < p.akinesia_thickening_pct) & (wall < p.thinning_ratio * np.median(wall))
+    for r, a in zip(rows, abnormal):
+        r["abnormal"] = bool(a)
     return {"n_segments": len(rows), "n_abnormal_segments": int(abnormal.sum()),
-            "n_isolated_akinetic_segments": int((scar & ~abnormal).sum()),
             "median_segment_thickening_pct": float(np.median(thick)),
             "min_segment_thickening_pct": float(thick.min()), "max_segment_wall_mm": float(wall.max()),
             "robust_segment_wall_mm": robust_segment_wall_mm(rows)}, rows
@@ -351,13 +331,12 @@ _FUNCTION_UNITS = {
     "bsa_m2": "m2", "lv_edvi_ml_m2": "mL/m2", "lv_esvi_ml_m2": "mL/m2", "rv_edvi_ml_m2": "mL/m2",
     "rv_esvi_ml_m2": "mL/m2", "lv_mass_index_g_m2": "g/m2", "median_segment_thickening_pct": "%",
     "min_segment_thickening_pct": "%", "max_segment_wall_mm": "mm", "robust_segment_wall_mm": "mm", "n_abnormal_segments": "segments", "n_segments": "segments",
-    "n_isolated_akinetic_segments": "segments",
     "ed_frame": "frame", "es_frame": "frame", "height_cm": "cm", "weight_kg": "kg",
     "ed_alternative": "frame", "es_alternative": "frame", "lv_ef_min_pct": "%", "lv_ef_max_pct": "%",
     "rv_ef_min_pct": "%", "rv_ef_max_pct": "%"}
 
 
-@tool("quant.cardiac_function", version="1.4", milestone="quantification",
+@tool("quant.cardiac_function", version="1.3", milestone="quantification",
       resources={"num_cpus": 1, "memory_mb": 1024}, output="function")
 def cardiac_function(labels: Mask, params: CardiacFunctionParams, phases: Table | None = None) -> Table:
     """LV/RV volumes and ejection fractions, myocardial mass, wall thickness, BSA-indexed values
@@ -372,9 +351,8 @@ def cardiac_function(labels: Mask, params: CardiacFunctionParams, phases: Table 
     excursion of a coarse segmentation); BSA by Mosteller from ``height_cm`` and
     ``weight_kg`` (indexed values are left out without them). Regional function: per slice and
     sector, ray-cast wall thickness at ED and ES; a segment is abnormal when it thickens less
-    than ``akinesia_thickening_pct``, is thinner than ``thinning_ratio`` x the median wall, and
-    has such a neighbour (:func:`in_territory`; lone ones are counted apart as
-    ``n_isolated_akinetic_segments``; the per-segment list is in ``meta["regional"]``). With a phases table from the curve
+    than ``akinesia_thickening_pct`` and is thinner than ``thinning_ratio`` x the median wall
+    (the per-segment list is in ``meta["regional"]``). With a phases table from the curve
     (``cardiac.ed_es`` given the cine), its confidence, and where it is ambiguous the EF range
     over the runner-up frames (:func:`phase_sensitivity`).
 

@@ -33,7 +33,6 @@ _NAMES = {
     "lv_esvi_ml_m2": "LV end-systolic volume index", "rv_edvi_ml_m2": "RV end-diastolic volume index",
     "rv_esvi_ml_m2": "RV end-systolic volume index", "lv_mass_index_g_m2": "LV mass index",
     "n_abnormal_segments": "abnormally contracting segments", "n_segments": "segments analysed",
-    "n_isolated_akinetic_segments": "isolated akinetic segments (not counted as regional)",
     "median_segment_thickening_pct": "median segmental wall thickening",
     "min_segment_thickening_pct": "lowest segmental wall thickening", "ed_frame": "end-diastolic frame",
     "es_frame": "end-systolic frame", "n_frames": "frames", "height_cm": "height", "weight_kg": "weight",
