@@ -199,3 +199,35 @@ def test_cardiac_function_phase_doubt_from_a_foreign_phases_table() -> None:
     assert row["es_alternative"] == alt and "ed_alternative" not in row  # ED is not in doubt
     efs = sorted(100 * (lv[ed] - lv[b]) / lv[ed] for b in (es, alt))
     assert (row["lv_ef_min_pct"], row["lv_ef_max_pct"]) == pytest.approx(efs, rel=1e-9)
+
+
+def _ring_heart(scars: set[tuple[int, int]], n_slices: int = 6) -> Mask:
+    """A short-axis label cine (ED, ES) of a ring-shaped LV on a 1 mm grid: everywhere the cavity
+    shrinks from 20 to 14 mm radius and the 9 mm wall thickens (its area is kept, 25 %), except
+    in the (slice, 60-degree sector) cells of ``scars``, which stay at the diastolic cavity with
+    a 4.5 mm wall at both phases (akinetic and thinned). With this axis-aligned affine, sector s
+    covers angles [60 s, 60 s + 60) from array axis 0 towards axis 1 (``world_ray_steps``)."""
+    n = 80
+    i, j = np.mgrid[:n, :n] - (n - 1) / 2.0
+    r, ang = np.hypot(i, j), np.degrees(np.arctan2(j, i)) % 360.0
+    sector = (ang // 60).astype(int)
+    lab = np.zeros((n, n, n_slices, 2), np.uint8)
+    for k in range(n_slices):
+        scar = np.isin(sector, [s for z, s in scars if z == k])
+        for t, (cav, outer) in enumerate(((20.0, 29.0), (14.0, np.sqrt(14.0**2 + 29.0**2 - 20.0**2)))):
+            lab[..., k, t][r <= np.where(scar, 24.5, outer)] = 2
+            lab[..., k, t][r <= np.where(scar, 20.0, cav)] = 3
+    return Mask(lab, np.diag([1.0, 1.0, 8.0, 1.0]), labels={1: "RV", 2: "MYO", 3: "LV"})
+
+
+@pytest.mark.parametrize("scars", [set(), {(2, 1)}, {(2, 1), (3, 1)}, {(2, 5), (2, 0)}, {(1, 0), (4, 3)},
+                                   {(1, 2), (2, 2), (3, 2), (3, 3)}])
+def test_abnormal_segments_are_the_injected_scar_cells(scars: set[tuple[int, int]]) -> None:
+    """Exactly the (slice, sector) cells made akinetic and thinned are abnormal, wherever they sit
+    (across the 0/360 degree seam too); the remote wall's thickening is the ring's 25 %."""
+    t = call_tool("quant.cardiac_function", {"labels": _ring_heart(scars)})["function"]
+    row = t.rows[0]
+    assert row["n_segments"] == 36 and row["n_abnormal_segments"] == len(scars)
+    assert {(r["slice"], r["sector"]) for r in t.meta["regional"] if r["abnormal"]} == scars
+    remote = 100 * (np.sqrt(14**2 + 29**2 - 20**2) - 14 - 9) / 9
+    assert row["median_segment_thickening_pct"] == pytest.approx(remote, abs=4.0)
