@@ -91,28 +91,31 @@ FAMILIES = ("randomised", "heldout")
 N_ANATOMY = len(ANATOMY_LABELS) + 1  # label values of a whole-anatomy cine, air (0) included
 
 
-def label_cine(i: int, source: str, anatomy: bool = False) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+def label_cine(i: int, source: str, anatomy: bool = False, thickening: bool = False
+               ) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
     """The i-th training label cine of ``source``: (labels (X, Y, Z, T), affine, ED/ES frames);
     seeds disjoint from every evaluation. With ``anatomy`` a generator family's cine holds the
     whole thorax (``cardiac_family.ANATOMY_LABELS``: heart 1-3, every other structure its own
-    code), so the network learns the heart against its real neighbours, not against noise."""
+    code), so the network learns the heart against its real neighbours, not against noise.
+    ``thickening``: systolic walls by myocardial volume with a per-heart factor
+    (``anatomy_label_cine``; whole-anatomy cines only)."""
     group = GROUPS[i % 5]
     if source == "independent":  # written apart from the cardiac generator (bcer.datasets.independent)
         ph = make_heart_case(f"dr{i:04d}", TRAIN_SEED0 + i, group)
     elif anatomy:
-        return anatomy_label_cine(TRAIN_SEED0 + i, source, group)
+        return anatomy_label_cine(TRAIN_SEED0 + i, source, group, thickening=thickening)
     else:
         ph = make_cardiac(f"dr{i:04d}", TRAIN_SEED0 + i, "small", group=group, family=source, borderline=i % 3 == 2)
     seg = ph.labels["seg"]
     return np.asarray(seg.data), np.asarray(seg.affine), {k: int(ph.truth[k]) for k in ("ed_frame", "es_frame")}
 
 
-def synth_cine(i: int, sources: tuple[str, ...] = ("randomised",), anatomy: bool = False
+def synth_cine(i: int, sources: tuple[str, ...] = ("randomised",), anatomy: bool = False, thickening: bool = False
                ) -> tuple[np.ndarray, np.ndarray, tuple[float, ...], dict[str, int]]:
     """A randomised cine (X, Y, Z, T), its targets (0 / 1 RV / 2 MYO / 3 LV) and spacing from
     the i-th label cine (sources in turn)."""
     source = sources[i % len(sources)]
-    seg, affine, truth = label_cine(i, source, anatomy)
+    seg, affine, truth = label_cine(i, source, anatomy, thickening)
     # a whole-anatomy cine names its label count, so a structure missing from some frames (the
     # atrium) cannot shift the draws: every frame keeps the cine's one contrast per label
     n_labels = N_ANATOMY if anatomy and source != "independent" else None
@@ -127,9 +130,9 @@ def synth_cine(i: int, sources: tuple[str, ...] = ("randomised",), anatomy: bool
 
 
 def cine_samples(i: int, rng: np.random.Generator, sources: tuple[str, ...] = ("randomised",),
-                 anatomy: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                 anatomy: bool = False, thickening: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Stored windows and labels of the i-th synthetic cine, as ``train_bundle.cine_samples``."""
-    cine, seg, sp, truth = synth_cine(i, sources, anatomy)
+    cine, seg, sp, truth = synth_cine(i, sources, anatomy, thickening)
     z, t = seg.shape[2], seg.shape[3]
     x, lab = TB.prepare(cine, sp, seg)
     centre = np.argwhere(lab > 0)[:, :2].mean(axis=0).astype(int)
@@ -162,6 +165,7 @@ def write_bundle(net: torch.nn.Module, out: Path, args: argparse.Namespace, trai
                                            "heldout": "bcer.datasets.cardiac held-out family",
                                            "independent": "bcer.datasets.independent hearts"}[k] for k in args.sources],
                          "whole_anatomy_cines": args.anatomy, "init": str(args.init),
+                         "volume_thickening": args.thickening,
                          "train_seeds": [TRAIN_SEED0, TRAIN_SEED0 + args.n_train - 1],
                          "randomisation_ranges": asdict(CARDIAC_RANGES), "torch_threads": torch.get_num_threads(),
                          "train_seconds": round(train_s, 1), "hardware": platform.processor() or platform.machine()}}
@@ -207,6 +211,9 @@ def main() -> None:
                          "--eval-family randomised: the fold that leaves the randomised family out)")
     ap.add_argument("--anatomy", action="store_true",
                     help="a generator family's label cines hold the whole thorax (every structure its own contrast)")
+    ap.add_argument("--thickening", action="store_true",
+                    help="with --anatomy: systolic walls thicken by myocardial volume, times a per-heart factor "
+                         "(cardiac_family.THICKENING_FACTOR), not by the phantoms' slice-area law")
     ap.add_argument("--init", default="none",
                     help="weights to start from (fine-tuning), e.g. the shipped models/model.pt; 'none': from scratch")
     ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate of the one-cycle schedule")
@@ -219,6 +226,8 @@ def main() -> None:
     args.sources = tuple(args.sources.split(","))
     if not set(args.sources) <= set(SOURCES):
         ap.error(f"--sources must be among {SOURCES}")
+    if args.thickening and not args.anatomy:
+        ap.error("--thickening needs --anatomy (it applies to the generator's whole-anatomy cines)")
     if any("=" not in a for a in args.also):
         ap.error("--also takes NAME=DIR")
     if args.eval_cases and args.eval_family in args.sources:
@@ -231,7 +240,7 @@ def main() -> None:
     bundles = {"shipped": str(SHIPPED)}
     if args.steps > 0:
         rng = np.random.default_rng(args.seed)
-        parts = [cine_samples(i, rng, args.sources, args.anatomy) for i in range(args.n_train)]
+        parts = [cine_samples(i, rng, args.sources, args.anatomy, args.thickening) for i in range(args.n_train)]
         x_all, y_all = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
         prep_s = time.time() - t0
         log.info("%d synthetic slices from %d cines (%.0f s)", len(x_all), args.n_train, prep_s)

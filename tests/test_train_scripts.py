@@ -112,6 +112,25 @@ def test_cardiac_whole_anatomy_cines_share_one_contrast_and_keep_the_heart_targe
     assert lv[truth["ed_frame"]] > lv[truth["es_frame"]]
 
 
+def test_cardiac_thickening_cines_reach_the_synthesis_and_need_anatomy() -> None:
+    """--thickening: the script's label cine is anatomy_label_cine(thickening=True) (same LV,
+    thicker systolic wall); without --anatomy it is a usage error, before anything is built."""
+    import subprocess
+
+    from bcer.datasets.cardiac_family import anatomy_label_cine
+
+    mod = _cardiac_script()
+    lab, _, truth = mod.label_cine(2, "randomised", anatomy=True, thickening=True)
+    want, _, _ = anatomy_label_cine(mod.TRAIN_SEED0 + 2, "randomised", mod.GROUPS[2], thickening=True)
+    np.testing.assert_array_equal(lab, want)
+    plain, _, _ = mod.label_cine(2, "randomised", anatomy=True)
+    es = truth["es_frame"]
+    assert (lab[..., es] == 2).sum() > (plain[..., es] == 2).sum()
+    done = subprocess.run([sys.executable, str(SCRIPT.with_name("train_cardiac_dr.py")), "--thickening", "--steps", "0"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "--thickening needs --anatomy" in done.stderr
+
+
 def test_prostate_script_label_sources_and_whole_anatomy_targets() -> None:
     """scripts/train_prostate_dr.py: the fold that leaves the held-out family out takes label maps in
     turn from the randomised family and independent glands; with --anatomy a generator map holds

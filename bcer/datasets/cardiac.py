@@ -303,8 +303,14 @@ def _lv_radii(r: np.ndarray, theta: np.ndarray, w: np.ndarray, c: float, p: dict
         x = (w - (L_apex - L)) / L
         g = np.sqrt(np.clip(1 - np.clip(x, 0, 1) ** 4, 0, None))
         r_endo = np.where((x >= 0) & (x <= 1), a * g, 0.0)
-        # ring area conservation: (r+th)^2 - r^2 is the same as at ED for this material point
-        th = np.sqrt((a * g) ** 2 + 2 * p["a0"] * g * th_ed + th_ed ** 2) - a * g
+        # ring area conservation: (r+th)^2 - r^2 is the same as at ED for this material point,
+        # times ``thickening_gain`` at full contraction (training label cines only, see
+        # cardiac_family.anatomy_label_cine; 1 for every phantom)
+        gain = 1.0 + ci * (p.get("thickening_gain", 1.0) - 1.0)
+        if gain == 1.0:  # the phantoms: the same arithmetic, bit for bit
+            th = np.sqrt((a * g) ** 2 + 2 * p["a0"] * g * th_ed + th_ed ** 2) - a * g
+        else:
+            th = np.sqrt((a * g) ** 2 + gain * (2 * p["a0"] * g * th_ed + th_ed ** 2)) - a * g
         cap = th_ed * np.sqrt(np.clip(1 - ((w - L_apex) / p["wall"]) ** 2, 0, None))
         r_epi = np.where(x <= 1, r_endo + th, cap)
         parts.append((r_endo, np.where(x >= 0, r_epi, 0.0)))

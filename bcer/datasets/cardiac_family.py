@@ -351,14 +351,26 @@ def _thorax_labels(world: np.ndarray, liver: dict[str, list[float]] | None) -> n
     return out
 
 
-def anatomy_label_cine(seed: int, family: str, group: str, size: Size = "small"
+# Systolic wall thickening of training label cines (``anatomy_label_cine(thickening=True)``):
+# the phantoms' ring-area law keeps each slice's myocardial area, but the myocardium keeps its
+# volume while the ventricle shortens, so a slice's ring gains area by 1 / long-axis
+# shortening; on top, a per-heart factor for the spread of real thickening (fibre geometry,
+# trabeculae). Fixed before any score of a network trained with it.
+THICKENING_FACTOR = (1.0, 1.15)
+
+
+def anatomy_label_cine(seed: int, family: str, group: str, size: Size = "small", thickening: bool = False
                        ) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
     """A family heart in its thorax as a whole-anatomy label cine (``ANATOMY_LABELS``).
 
     The heart, its motion, the stack geometry and the surroundings (left atrium, pericardial
     fat, liver) are drawn as for :func:`make_family_cardiac`, from a seed stream apart from
     it; no image is rendered and the draw is not checked against the ACDC criteria (a
-    training label map need not be a clean group example).
+    training label map need not be a clean group example). With ``thickening``, the systolic
+    wall follows myocardial volume rather than slice-area conservation, with a random
+    per-heart factor (``THICKENING_FACTOR``; drawn from a stream of its own, so the rest of
+    the cine is the same draw): the phantoms' law under-thickens, most in dilated hearts,
+    whose rings barely shrink.
 
     Returns:
         (labels (X, Y, Z, T) int16, affine, {"ed_frame", "es_frame"} of the LV volume curve).
@@ -368,6 +380,9 @@ def anatomy_label_cine(seed: int, family: str, group: str, size: Size = "small"
     draw = _draw_case(rng, size, group, fam, borderline=False)
     truth = C.cardiac_truth(draw["seg"], draw["height"], draw["weight"])
     st, p, ex, box = draw["stack"], draw["p"], draw["extras"], draw["box"]
+    if thickening:
+        factor = np.random.default_rng([int(seed), 0x7B1C, _FAMILY_SALT[family]]).uniform(*THICKENING_FACTOR)
+        p = {**p, "thickening_gain": float(factor / p["s_long"])}
     thorax = _thorax_labels(draw["world"], ex["liver"])
     q, r, theta, akin = draw["q"][box], draw["r"][box], draw["theta"][box], draw["akin"]
     akin = None if akin is None else akin[box]

@@ -119,3 +119,30 @@ def test_anatomy_label_cine_holds_the_thorax_around_a_beating_heart(family: str,
     assert not (heart & (lab[..., 1] == 0)).any()  # no heart voxel becomes air in the next frame
     static = lab[..., 0] == lab[..., -1]
     assert (lab[..., 0][~static] <= 11).all() and static.mean() > 0.8  # only the heart region changes
+
+
+@pytest.mark.parametrize("group", ["NOR", "DCM"])
+def test_anatomy_label_cine_thickening_keeps_myocardial_volume(group: str) -> None:
+    """``thickening=True``: the same cine (cavities unchanged in every frame), with walls that
+    thicken more in systole, so that the myocardium keeps its volume (ES/ED within the
+    per-heart factor) where the phantoms' slice-area law loses some as the base descends."""
+    from bcer.datasets.cardiac_family import THICKENING_FACTOR, anatomy_label_cine
+    from bcer.tools.cardiac import regional_thickening
+
+    plain, affine, frames = anatomy_label_cine(5, "randomised", group)
+    thick, affine2, frames2 = anatomy_label_cine(5, "randomised", group, thickening=True)
+    assert frames == frames2 and np.array_equal(affine, affine2)
+    assert np.array_equal(plain == 3, thick == 3)  # the LV cavity, hence ED/ES and the EF, is the same
+    ed, es = frames["ed_frame"], frames["es_frame"]
+
+    def ratio(lab: np.ndarray) -> float:
+        myo = (lab == 2).sum(axis=(0, 1, 2))
+        return float(myo[es] / myo[ed])
+
+    def median_thickening(lab: np.ndarray) -> float:
+        heart = np.where(lab <= 3, lab, 0)
+        return float(np.median([r["thickening_pct"] for r in regional_thickening(heart[..., ed], heart[..., es], affine)]))
+
+    assert ratio(plain) < ratio(thick)
+    assert 0.97 <= ratio(thick) <= THICKENING_FACTOR[1] + 0.03
+    assert median_thickening(thick) > median_thickening(plain) + 5.0
