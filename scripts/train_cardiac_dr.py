@@ -97,8 +97,8 @@ def label_cine(i: int, source: str, anatomy: bool = False, thickening: bool = Fa
     seeds disjoint from every evaluation. With ``anatomy`` a generator family's cine holds the
     whole thorax (``cardiac_family.ANATOMY_LABELS``: heart 1-3, every other structure its own
     code), so the network learns the heart against its real neighbours, not against noise.
-    ``thickening``: systolic walls by myocardial volume with a per-heart factor
-    (``anatomy_label_cine``; whole-anatomy cines only)."""
+    ``thickening``: each heart's systolic walls thicken by a gain between the phantoms' law and
+    myocardial volume conservation (``anatomy_label_cine``; whole-anatomy cines only)."""
     group = GROUPS[i % 5]
     if source == "independent":  # written apart from the cardiac generator (bcer.datasets.independent)
         ph = make_heart_case(f"dr{i:04d}", TRAIN_SEED0 + i, group)
@@ -212,8 +212,8 @@ def main() -> None:
     ap.add_argument("--anatomy", action="store_true",
                     help="a generator family's label cines hold the whole thorax (every structure its own contrast)")
     ap.add_argument("--thickening", action="store_true",
-                    help="with --anatomy: systolic walls thicken by myocardial volume, times a per-heart factor "
-                         "(cardiac_family.THICKENING_FACTOR), not by the phantoms' slice-area law")
+                    help="with --anatomy: each heart's systolic walls thicken by a gain drawn between the phantoms' "
+                         "slice-area law and myocardial volume conservation (cardiac_family.THICKENING_GAIN_MAX)")
     ap.add_argument("--init", default="none",
                     help="weights to start from (fine-tuning), e.g. the shipped models/model.pt; 'none': from scratch")
     ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate of the one-cycle schedule")

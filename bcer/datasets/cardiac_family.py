@@ -352,28 +352,32 @@ def _thorax_labels(world: np.ndarray, liver: dict[str, list[float]] | None) -> n
 
 
 # Systolic wall thickening of training label cines (``anatomy_label_cine(thickening=True)``):
-# the phantoms' ring-area law keeps each slice's myocardial area, but the myocardium keeps its
-# volume while the ventricle shortens, so a slice's ring gains area by 1 / long-axis
-# shortening; on top, a per-heart factor for the spread of real thickening (fibre geometry,
-# trabeculae). Fixed before any score of a network trained with it.
-THICKENING_FACTOR = (1.0, 1.15)
+# per heart, the end-systolic ring area of a slice is multiplied by a gain drawn uniformly
+# from 1 (the phantoms' law: each slice keeps its myocardial area) to THICKENING_GAIN_MAX /
+# long-axis shortening (the myocardium keeps its volume as the ventricle shortens, with a
+# spread for fibre geometry and trabeculae on top). The range holds both laws, so a network
+# trained on it has to read the wall from the image rather than from one law. (A first
+# version drew only the upper part, 1-1.15 / shortening: its network read every wall as
+# thickening that much, see docs/segmenters.md.)
+THICKENING_GAIN_MAX = 1.15
 
 
 def anatomy_label_cine(seed: int, family: str, group: str, size: Size = "small", thickening: bool = False
-                       ) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+                       ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """A family heart in its thorax as a whole-anatomy label cine (``ANATOMY_LABELS``).
 
     The heart, its motion, the stack geometry and the surroundings (left atrium, pericardial
     fat, liver) are drawn as for :func:`make_family_cardiac`, from a seed stream apart from
     it; no image is rendered and the draw is not checked against the ACDC criteria (a
     training label map need not be a clean group example). With ``thickening``, the systolic
-    wall follows myocardial volume rather than slice-area conservation, with a random
-    per-heart factor (``THICKENING_FACTOR``; drawn from a stream of its own, so the rest of
-    the cine is the same draw): the phantoms' law under-thickens, most in dilated hearts,
-    whose rings barely shrink.
+    wall thickens by a per-heart gain anywhere between the phantoms' slice-area law and
+    myocardial volume conservation (``THICKENING_GAIN_MAX``; drawn from a stream of its own,
+    so the rest of the cine is the same draw): the phantoms' law alone under-thickens, most
+    in dilated hearts, whose rings barely shrink.
 
     Returns:
-        (labels (X, Y, Z, T) int16, affine, {"ed_frame", "es_frame"} of the LV volume curve).
+        (labels (X, Y, Z, T) int16, affine, {"ed_frame", "es_frame"} of the LV volume curve,
+        and with ``thickening`` the "thickening_gain" drawn).
     """
     fam = C.FAMILY_RANGES[family]
     rng = np.random.default_rng([int(seed), 0xCA2D, _FAMILY_SALT[family], 0xA7])
@@ -381,8 +385,9 @@ def anatomy_label_cine(seed: int, family: str, group: str, size: Size = "small",
     truth = C.cardiac_truth(draw["seg"], draw["height"], draw["weight"])
     st, p, ex, box = draw["stack"], draw["p"], draw["extras"], draw["box"]
     if thickening:
-        factor = np.random.default_rng([int(seed), 0x7B1C, _FAMILY_SALT[family]]).uniform(*THICKENING_FACTOR)
-        p = {**p, "thickening_gain": float(factor / p["s_long"])}
+        gain = np.random.default_rng([int(seed), 0x7B1C, _FAMILY_SALT[family]]).uniform(
+            1.0, THICKENING_GAIN_MAX / p["s_long"])
+        p = {**p, "thickening_gain": float(gain)}
     thorax = _thorax_labels(draw["world"], ex["liver"])
     q, r, theta, akin = draw["q"][box], draw["r"][box], draw["theta"][box], draw["akin"]
     akin = None if akin is None else akin[box]
@@ -397,7 +402,10 @@ def anatomy_label_cine(seed: int, family: str, group: str, size: Size = "small",
         sub[lab > 0] = lab[lab > 0]
         out[box] = sub
         frames.append(out)
-    return np.stack(frames, axis=-1), draw["affine"].copy(), {k: int(truth[k]) for k in ("ed_frame", "es_frame")}
+    info: dict[str, Any] = {k: int(truth[k]) for k in ("ed_frame", "es_frame")}
+    if thickening:
+        info["thickening_gain"] = p["thickening_gain"]
+    return np.stack(frames, axis=-1), draw["affine"].copy(), info
 
 
 register_family_builder("cardiac", make_family_cardiac)
