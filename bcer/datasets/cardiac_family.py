@@ -357,8 +357,8 @@ def _thorax_labels(world: np.ndarray, liver: dict[str, list[float]] | None) -> n
 # long-axis shortening (the myocardium keeps its volume as the ventricle shortens, with a
 # spread for fibre geometry and trabeculae on top). The range holds both laws, so a network
 # trained on it has to read the wall from the image rather than from one law. (A first
-# version drew only the upper part, 1-1.15 / shortening: its network read every wall as
-# thickening that much, see docs/segmenters.md.)
+# version drew only the upper part, 1-1.15 / shortening; neither version made a network
+# that replaced the default, see docs/segmenters.md.)
 THICKENING_GAIN_MAX = 1.15
 
 
