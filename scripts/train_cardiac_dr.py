@@ -92,7 +92,7 @@ N_ANATOMY = len(ANATOMY_LABELS) + 1  # label values of a whole-anatomy cine, air
 
 
 def label_cine(i: int, source: str, anatomy: bool = False, thickening: bool = False
-               ) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+               ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """The i-th training label cine of ``source``: (labels (X, Y, Z, T), affine, ED/ES frames);
     seeds disjoint from every evaluation. With ``anatomy`` a generator family's cine holds the
     whole thorax (``cardiac_family.ANATOMY_LABELS``: heart 1-3, every other structure its own
