@@ -89,6 +89,8 @@ TB = _load("train_bundle", ROOT / "scripts" / "train_bundle.py")
 SOURCES = ("randomised", "heldout", "independent")
 FAMILIES = ("randomised", "heldout")
 N_ANATOMY = len(ANATOMY_LABELS) + 1  # label values of a whole-anatomy cine, air (0) included
+# the blood of a whole-anatomy cine: LV, RV, left atrium, aorta (one tissue on a scan)
+BLOOD_POOLS = ((3, 1, 10, 7),)
 
 
 def label_cine(i: int, source: str, anatomy: bool = False, thickening: bool = False
@@ -110,10 +112,12 @@ def label_cine(i: int, source: str, anatomy: bool = False, thickening: bool = Fa
     return np.asarray(seg.data), np.asarray(seg.affine), {k: int(ph.truth[k]) for k in ("ed_frame", "es_frame")}
 
 
-def synth_cine(i: int, sources: tuple[str, ...] = ("randomised",), anatomy: bool = False, thickening: bool = False
-               ) -> tuple[np.ndarray, np.ndarray, tuple[float, ...], dict[str, int]]:
+def synth_cine(i: int, sources: tuple[str, ...] = ("randomised",), anatomy: bool = False, thickening: bool = False,
+               blood: bool = False) -> tuple[np.ndarray, np.ndarray, tuple[float, ...], dict[str, int]]:
     """A randomised cine (X, Y, Z, T), its targets (0 / 1 RV / 2 MYO / 3 LV) and spacing from
-    the i-th label cine (sources in turn)."""
+    the i-th label cine (sources in turn). ``blood``: in half the whole-anatomy cines the blood
+    pools (``BLOOD_POOLS``) share one contrast, so the LV must be told from the atrium and the
+    aorta by its shape and wall, not by a brightness of its own."""
     source = sources[i % len(sources)]
     seg, affine, truth = label_cine(i, source, anatomy, thickening)
     # a whole-anatomy cine names its label count, so a structure missing from some frames (the
@@ -122,7 +126,7 @@ def synth_cine(i: int, sources: tuple[str, ...] = ("randomised",), anatomy: bool
     frames, labels = [], []
     for t in range(seg.shape[3]):  # one seed per cine: every frame gets the same draws
         s = synthesise(seg[..., t], affine, np.random.default_rng([TRAIN_SEED0, i]), CARDIAC_RANGES,
-                       n_labels=n_labels)
+                       n_labels=n_labels, same_contrast=BLOOD_POOLS if blood and n_labels else ())
         frames.append(s.image)
         labels.append(np.where(s.labels <= 3, s.labels, 0))  # the heart is the target, the thorax is not
     sp = tuple(float(v) for v in np.linalg.norm(s.affine[:3, :3], axis=0))
@@ -130,9 +134,9 @@ def synth_cine(i: int, sources: tuple[str, ...] = ("randomised",), anatomy: bool
 
 
 def cine_samples(i: int, rng: np.random.Generator, sources: tuple[str, ...] = ("randomised",),
-                 anatomy: bool = False, thickening: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                 anatomy: bool = False, thickening: bool = False, blood: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Stored windows and labels of the i-th synthetic cine, as ``train_bundle.cine_samples``."""
-    cine, seg, sp, truth = synth_cine(i, sources, anatomy, thickening)
+    cine, seg, sp, truth = synth_cine(i, sources, anatomy, thickening, blood)
     z, t = seg.shape[2], seg.shape[3]
     x, lab = TB.prepare(cine, sp, seg)
     centre = np.argwhere(lab > 0)[:, :2].mean(axis=0).astype(int)
@@ -165,7 +169,7 @@ def write_bundle(net: torch.nn.Module, out: Path, args: argparse.Namespace, trai
                                            "heldout": "bcer.datasets.cardiac held-out family",
                                            "independent": "bcer.datasets.independent hearts"}[k] for k in args.sources],
                          "whole_anatomy_cines": args.anatomy, "init": str(args.init),
-                         "volume_thickening": args.thickening,
+                         "volume_thickening": args.thickening, "shared_blood_contrast": args.blood_pools,
                          "train_seeds": [TRAIN_SEED0, TRAIN_SEED0 + args.n_train - 1],
                          "randomisation_ranges": asdict(CARDIAC_RANGES), "torch_threads": torch.get_num_threads(),
                          "train_seconds": round(train_s, 1), "hardware": platform.processor() or platform.machine()}}
@@ -214,6 +218,8 @@ def main() -> None:
     ap.add_argument("--thickening", action="store_true",
                     help="with --anatomy: each heart's systolic walls thicken by a gain drawn between the phantoms' "
                          "slice-area law and myocardial volume conservation (cardiac_family.THICKENING_GAIN_MAX)")
+    ap.add_argument("--blood-pools", action="store_true",
+                    help="with --anatomy: in half the cines LV, RV, atrium and aorta share one random contrast")
     ap.add_argument("--init", default="none",
                     help="weights to start from (fine-tuning), e.g. the shipped models/model.pt; 'none': from scratch")
     ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate of the one-cycle schedule")
@@ -228,6 +234,8 @@ def main() -> None:
         ap.error(f"--sources must be among {SOURCES}")
     if args.thickening and not args.anatomy:
         ap.error("--thickening needs --anatomy (it applies to the generator's whole-anatomy cines)")
+    if args.blood_pools and not args.anatomy:
+        ap.error("--blood-pools needs --anatomy (the atrium and the aorta are labelled in whole-anatomy cines only)")
     if any("=" not in a for a in args.also):
         ap.error("--also takes NAME=DIR")
     if args.eval_cases and args.eval_family in args.sources:
@@ -240,7 +248,8 @@ def main() -> None:
     bundles = {"shipped": str(SHIPPED)}
     if args.steps > 0:
         rng = np.random.default_rng(args.seed)
-        parts = [cine_samples(i, rng, args.sources, args.anatomy, args.thickening) for i in range(args.n_train)]
+        parts = [cine_samples(i, rng, args.sources, args.anatomy, args.thickening, args.blood_pools)
+                 for i in range(args.n_train)]
         x_all, y_all = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
         prep_s = time.time() - t0
         log.info("%d synthetic slices from %d cines (%.0f s)", len(x_all), args.n_train, prep_s)

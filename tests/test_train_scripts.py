@@ -129,6 +129,30 @@ def test_cardiac_thickening_cines_reach_the_synthesis_and_need_anatomy() -> None
     done = subprocess.run([sys.executable, str(SCRIPT.with_name("train_cardiac_dr.py")), "--thickening", "--steps", "0"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and "--thickening needs --anatomy" in done.stderr
+    done = subprocess.run([sys.executable, str(SCRIPT.with_name("train_cardiac_dr.py")), "--blood-pools", "--steps", "0"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "--blood-pools needs --anatomy" in done.stderr
+
+
+def test_cardiac_blood_pools_share_one_contrast_in_about_half_the_cines(monkeypatch) -> None:
+    """--blood-pools: the script asks synthesise for the LV, RV, atrium and aorta as one tissue
+    on whole-anatomy cines only; drawn per cine, so every frame of a cine agrees."""
+    mod = _cardiac_script()
+    seen = []
+    real = mod.synthesise
+
+    def spy(*a, **k):
+        out = real(*a, **k)
+        g = out.params["gmm"]
+        seen.append((k.get("same_contrast"), len({tuple(g[str(v)]) for v in (3, 1, 10, 7) if str(v) in g})))
+        return out
+    monkeypatch.setattr(mod, "synthesise", spy)
+    mod.synth_cine(0, ("randomised",), anatomy=True, blood=True)
+    assert seen and all(sc == mod.BLOOD_POOLS for sc, _ in seen)
+    assert len({n for _, n in seen}) == 1  # one decision per cine, the same in every frame
+    seen.clear()
+    mod.synth_cine(0, ("randomised",), anatomy=True)
+    assert all(sc == () for sc, _ in seen)
 
 
 def test_prostate_script_label_sources_and_whole_anatomy_targets() -> None:

@@ -116,12 +116,20 @@ def warp(lab: np.ndarray, sp: np.ndarray, rng: np.random.Generator, r: Randomise
     return out.reshape(lab.shape).astype(np.int16), {"affine_mm": m.tolist(), "elastic_sd_mm": r.elastic_mm}
 
 
-def gmm(lab: np.ndarray, rng: np.random.Generator, r: RandomiseRanges, n_values: int | None = None
+def gmm(lab: np.ndarray, rng: np.random.Generator, r: RandomiseRanges, n_values: int | None = None,
+        same_contrast: tuple[tuple[int, ...], ...] = (), same_contrast_p: float = 0.5
         ) -> tuple[np.ndarray, dict[int, tuple]]:
     """One random Gaussian per label value: mean ~ U(r.mean), SD ~ U(r.std). With ``n_values``
-    every value below it is drawn, present or not, so maps with the same count share draws."""
+    every value below it is drawn, present or not, so maps with the same count share draws.
+    Each group of ``same_contrast`` (one tissue under several labels: the blood of the heart's
+    chambers and vessels) takes its first label's draw with probability ``same_contrast_p``,
+    as on a scan, and keeps a draw per label otherwise (SynthSeg's generation classes, drawn
+    per image)."""
     values = np.unique(lab) if n_values is None else np.arange(max(n_values, int(lab.max()) + 1))
     draws = {int(v): (float(rng.uniform(*r.mean)), float(rng.uniform(*r.std))) for v in values}
+    for group in same_contrast:
+        if rng.uniform() < same_contrast_p and group[0] in draws:
+            draws.update({v: draws[group[0]] for v in group[1:] if v in draws})
     lut_m = np.zeros(int(values.max()) + 1, np.float32)
     lut_s = np.zeros_like(lut_m)
     for v, (mu, sd) in draws.items():
@@ -200,7 +208,8 @@ def reorient(img: np.ndarray, lab: np.ndarray, affine: np.ndarray, rng: np.rando
 
 def synthesise(labels: np.ndarray, affine: np.ndarray, rng: np.random.Generator,
                ranges: RandomiseRanges = RANGES, clutter_background: bool = True,
-               n_labels: int | None = None) -> Synth:
+               n_labels: int | None = None, same_contrast: tuple[tuple[int, ...], ...] = (),
+               same_contrast_p: float = 0.5) -> Synth:
     """One random image and its label map from a label map (module docstring, steps 1-6).
 
     Args:
@@ -212,6 +221,8 @@ def synthesise(labels: np.ndarray, affine: np.ndarray, rng: np.random.Generator,
         n_labels: the label values are 0..n_labels-1, whether present in this map or not: the
             frames of one cine, drawn with the same seed, then get the same contrast per label
             even when a structure is missing from some frames (None: the values present).
+        same_contrast: label groups that are one tissue (:func:`gmm`); each shares one draw
+            with probability ``same_contrast_p`` (default: every label its own draw).
 
     Returns:
         Synth with the image in [0, 1], the labels (targets only: clutter is 0), the affine
@@ -239,7 +250,8 @@ def synthesise(labels: np.ndarray, affine: np.ndarray, rng: np.random.Generator,
         params["clutter_classes"] = n
     full, params["warp"] = warp(full, sp, rng, ranges)
     target = np.where(full < top, full, 0).astype(np.int16)
-    img, draws = gmm(full, rng, ranges, None if n_labels is None else top + params.get("clutter_classes", 0))
+    img, draws = gmm(full, rng, ranges, None if n_labels is None else top + params.get("clutter_classes", 0),
+                     same_contrast, same_contrast_p)
     params["gmm"] = {str(k): v for k, v in draws.items()}
     img, params["acquisition"] = acquire(img, sp, rng, ranges)
     img, params["scanner"] = scanner(img, rng, ranges)

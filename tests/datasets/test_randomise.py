@@ -136,3 +136,27 @@ def test_n_labels_keeps_one_draw_per_label_when_a_label_is_missing() -> None:
     na, nb = draws(a, None), draws(b, None)
     assert set(na) != set(nb) and [na[k] for k in ("0", "1", "2")] == [nb[k] for k in ("0", "1", "2")]
     assert na[str(max(map(int, na)))] != nb[str(max(map(int, nb)))]
+
+
+def test_same_contrast_groups_share_a_draw_in_about_the_given_share_of_images() -> None:
+    """``same_contrast``: a group of labels (one tissue) takes one draw with probability p, each
+    its own otherwise; labels outside the group never share. Without a group nothing changes,
+    draw for draw."""
+    lab = _two_boxes()
+    lab[10:14, 2:5, 2:5] = 3
+    group = ((1, 3),)
+    shared = []
+    for seed in range(60):
+        _, d = gmm(lab, np.random.default_rng(seed), RANGES, same_contrast=group, same_contrast_p=0.5)
+        shared.append(d[1] == d[3])
+        assert d[2] != d[1]  # not in the group
+    assert 18 <= sum(shared) <= 42  # binomial(60, 0.5): about 30
+    _, always = gmm(lab, np.random.default_rng(0), RANGES, same_contrast=group, same_contrast_p=1.0)
+    _, never = gmm(lab, np.random.default_rng(0), RANGES, same_contrast=group, same_contrast_p=0.0)
+    assert always[1] == always[3] and never[1] != never[3]
+    img_a, d_a = gmm(lab, np.random.default_rng(7), RANGES)
+    img_b, d_b = gmm(lab, np.random.default_rng(7), RANGES, same_contrast=())
+    assert d_a == d_b and np.array_equal(img_a, img_b)
+    s = synthesise(lab, AFF, np.random.default_rng(3), clutter_background=False, same_contrast=group,
+                   same_contrast_p=1.0)
+    assert s.params["gmm"]["1"] == s.params["gmm"]["3"]
