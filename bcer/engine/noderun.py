@@ -82,7 +82,7 @@ def gpu_where() -> dict[str, Any]:
         return {}
 
 
-def _import_module(module: str, file: str) -> None:
+def import_tool_module(module: str, file: str) -> None:
     """Import a tool module by name, else (same machine, module not on sys.path) by file."""
     try:
         importlib.import_module(module)
@@ -103,7 +103,7 @@ def _ensure_tool(name: str, module: str, file: str = "") -> None:
         return
     if module:
         try:
-            _import_module(module, file)
+            import_tool_module(module, file)
         except Exception as e:  # a user's tool module may raise anything on import
             raise ToolError(ErrorCode.internal, f"cannot import module {module!r} of tool {name!r}: "
                             f"{type(e).__name__}: {e}", hint="make it importable on every Ray node "

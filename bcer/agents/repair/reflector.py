@@ -348,6 +348,8 @@ class Reflector:
         max_per_node: repairs allowed for one (case, node).
         max_per_case: repairs allowed for one case in total.
         registry: tool registry mapping for validation (default: the global one).
+        plugin_modules: {module: file} of tools registered outside bcer, imported first (by
+            name, else by file, as a node task does), so they are in the global registry.
 
     >>> r = Reflector(max_per_node=2)                                  # doctest: +SKIP
     >>> r.repair(failure, workflow, case)                              # doctest: +SKIP
@@ -355,7 +357,8 @@ class Reflector:
     """
 
     def __init__(self, tiers: list[RepairTier] | None = None, max_per_node: int = 2, max_per_case: int = 5,
-                 registry: Mapping[str, Any] | None = None):
+                 registry: Mapping[str, Any] | None = None, plugin_modules: Mapping[str, str] | None = None):
+        _import_plugins(plugin_modules or {})
         self.tiers: list[RepairTier] = list(tiers) if tiers is not None else [Tier1(registry)]
         self.max_per_node, self.max_per_case = max_per_node, max_per_case
         self._registry = registry
@@ -486,11 +489,11 @@ class Reflector:
 
 def reflector_actor(tiers: list[RepairTier] | None = None, max_per_node: int = 2, max_per_case: int = 5,
                     *, name: str | None = None, namespace: str | None = None,
-                    registry: Mapping[str, Any] | None = None):
+                    registry: Mapping[str, Any] | None = None, plugin_modules: Mapping[str, str] | None = None):
     """Start (or, with ``name``, get-or-create) a Reflector Ray actor (``num_cpus=0``: it is
     light and must never wait for a CPU that the failing workload holds)."""
     opts: dict[str, Any] = {"name": name, "namespace": namespace, "get_if_exists": True} if name else {}
-    return _actor_class().options(**opts).remote(tiers, max_per_node, max_per_case, registry)
+    return _actor_class().options(**opts).remote(tiers, max_per_node, max_per_case, registry, plugin_modules)
 
 
 class ReflectorPool:
@@ -504,9 +507,9 @@ class ReflectorPool:
     Args:
         size: number of actors.
         prefix: actor names are ``f"{prefix}{sep}{i}"`` (get-or-create: drivers share them).
-        registry: tools the actors validate against; ``"auto"`` (default) hands them a snapshot
-            of this driver's registry when it holds tools registered outside bcer (plugins,
-            user tools), so their modules are imported in the actor too.
+        registry: tools the actors validate against; ``"auto"`` (default): the actors' own
+            registry, after importing the modules of this driver's tools registered outside
+            bcer (plugins, user tools) by name or by file (:func:`plugin_modules`).
         **kwargs: passed to :func:`reflector_actor` (tiers, budgets, namespace).
     """
 
@@ -528,9 +531,9 @@ class ReflectorPool:
         """The actor handle that repairs ``case_id`` (started on first use)."""
         slot = zlib.crc32(case_id.encode()) % self.size
         if slot not in self._members:
-            registry = _plugin_registry() if self._registry == "auto" else self._registry
-            self._members[slot] = reflector_actor(name=f"{self.prefix}{self.sep}{slot}", registry=registry,
-                                                  **self._kwargs)
+            where = ({"plugin_modules": plugin_modules()} if self._registry == "auto"
+                     else {"registry": self._registry})
+            self._members[slot] = reflector_actor(name=f"{self.prefix}{self.sep}{slot}", **where, **self._kwargs)
         return self._members[slot]
 
     def close(self) -> None:
@@ -545,16 +548,32 @@ class ReflectorPool:
         self._members.clear()
 
 
-def _plugin_registry() -> dict[str, Any] | None:
-    """None when every registered tool ships with bcer (the actor loads those itself); else a
-    snapshot of the registry, so unpickling it imports the plugin tools' modules in the actor
-    (they must be importable by name there, e.g. from the working directory)."""
+def plugin_modules() -> dict[str, str] | None:
+    """None when every registered tool ships with bcer; else {module: file} of the modules that
+    registered the others. An actor imports them before it unpickles anything of theirs: a
+    pickled registry would need each module importable by name in the actor's worker, which
+    holds only the folder that worker started in (a user's tools in another folder failed)."""
+    import sys
+
     from ...tools.registry import REGISTRY, load_all
 
     load_all()
-    if all(reg.fn.__module__.startswith("bcer.") for reg in REGISTRY.values()):
-        return None
-    return dict(REGISTRY)
+    mods = sorted({reg.fn.__module__ for reg in REGISTRY.values() if not reg.fn.__module__.startswith("bcer.")})
+    return {m: str(getattr(sys.modules.get(m), "__file__", "") or "") for m in mods} or None
+
+
+def _import_plugins(modules: Mapping[str, str]) -> None:
+    """Import the driver's plugin tool modules here (a script's ``__main__`` cannot be)."""
+    if not modules:
+        return
+    from ...engine.noderun import import_tool_module
+
+    for module, file in modules.items():
+        if module == "__main__":
+            log.warning("tools defined in a script (__main__) cannot be loaded by the reflector: define them "
+                        "in an importable module")
+            continue
+        import_tool_module(module, file)
 
 
 def reflector_pool(run_id: str, size: int = 2, **kwargs: Any) -> ReflectorPool:
@@ -596,4 +615,4 @@ _register_default()
 
 __all__ = ["Failure", "Halt", "HALT_AT_ONCE", "LLMTier", "Patch", "RESAMPLER", "Reflector", "ReflectorActor",
            "ReflectorPool", "RepairTier", "Tier1", "clamp_value", "halts_at_once", "patch_schema", "reflector_actor",
-           "reflector_pool", "repair_prompt"]
+           "plugin_modules", "reflector_pool", "repair_prompt"]

@@ -368,3 +368,40 @@ def test_reflector_pool_routes_a_case_to_one_member(ray_local) -> None:
     assert len(set(ids.values())) == 2  # both members used (crc32 of these ids is mixed)
     for m in pool.members:
         ray_local.kill(m)
+
+
+def test_pool_actor_loads_a_user_tool_module_its_worker_cannot_import_by_name(ray_local, tmp_path) -> None:
+    """A user's tool module in a folder no Ray worker has on its path (the driver loaded it by
+    file): the pool's actor imports it by file before anything of it is unpickled, and the
+    tool is in the actor's registry (a pickled registry snapshot killed the actor instead)."""
+    import importlib.util
+    import sys
+    import uuid
+
+    import ray
+
+    from bcer.agents.repair.reflector import ReflectorPool, plugin_modules
+    from bcer.tools.registry import REGISTRY
+
+    name = f"probe_{uuid.uuid4().hex[:8]}"
+    src = tmp_path / f"{name}.py"
+    src.write_text(
+        "from pydantic import BaseModel\n"
+        "from bcer import Image, tool\n\n\n"
+        "class P(BaseModel):\n    k: int = 1\n\n\n"
+        f"@tool('user.{name}', milestone='quantification', output='image')\n"
+        "def probe(image: Image, params: P) -> Image:\n    return image\n")
+    spec = importlib.util.spec_from_file_location(name, src)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+        assert plugin_modules()[name] == str(src)
+        pool = ReflectorPool(1, prefix=f"bcer-test-{name}")
+        actor = pool.for_case("c1")
+        ray.get(actor.__ray_ready__.remote(), timeout=120)
+        assert ray.get(actor.usage.remote("c1"), timeout=60) is not None
+        pool.close()
+    finally:
+        REGISTRY.pop(f"user.{name}", None)
+        sys.modules.pop(name, None)
