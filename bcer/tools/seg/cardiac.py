@@ -36,7 +36,7 @@ from ..methods import MethodCard, classical_card, hybrid_card, seg_card
 from ..registry import tool
 from ._common import BundleParams
 from .cardiac_classical import classical_labels
-from .confidence import METHODS, THRESHOLDS, attach, confidence, dice_by_label
+from .confidence import attach, confidence, dice_by_label
 
 log = logging.getLogger(__name__)
 
@@ -331,9 +331,7 @@ def cardiac(cine: Cine, params: CardiacParams, device: str = "cpu") -> Mask:
     reason = _no_second_reading(meta)
     net = meta.get("network") if isinstance(meta.get("network"), dict) else meta
     own = net.get("low_confidence_threshold")  # the bundle's own, chosen on its development data
-    threshold = THRESHOLDS["seg.cardiac"] if own is None else float(own)
-    attach(meta, confidence("seg.cardiac", meta.pop("agreement", None), reason, threshold=threshold,
-                            method=METHODS["seg.cardiac"]))
+    attach(meta, confidence("seg.cardiac", meta.pop("agreement", None), reason, threshold=own))
     out = to_stored_grid(labels, full.shape, box, ornt)
     vox = cine.voxel_volume_ml
     lv = np.count_nonzero(out == 3, axis=(0, 1, 2)) * vox

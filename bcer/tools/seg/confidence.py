@@ -57,11 +57,13 @@ def dice_by_label(a: np.ndarray, b: np.ndarray, groups: Mapping[str, tuple[int, 
 def confidence(tool: str, parts: dict[str, float] | None, reason: str = "", *, threshold: float | None = None,
                method: str | None = None) -> dict[str, Any]:
     """The ``meta["confidence"]`` record of one segmentation: ``parts`` are the agreement
-    scores (None: no second reading could be made, then ``reason`` says why). ``method`` and
-    ``threshold`` replace the tool's own when the second reading is another one (a bundle's
-    mirror); with ``method`` given and ``threshold`` None no threshold is known: flagged."""
+    scores (None: no second reading could be made, then ``reason`` says why). ``threshold``
+    alone replaces the tool's own (a bundle's, chosen on its development data); ``method``
+    and ``threshold`` replace both when the second reading is another one (a bundle's
+    mirror), and with ``method`` given and ``threshold`` None no threshold is known: flagged."""
     if method is None:
-        method, threshold = METHODS[tool], THRESHOLDS[tool]
+        method = METHODS[tool]
+        threshold = THRESHOLDS[tool] if threshold is None else float(threshold)
     score = min(parts.values()) if parts else None
     low = score is None or threshold is None or score < threshold
     out = {"score": None if score is None else round(float(score), 4), "threshold": threshold,

@@ -51,7 +51,7 @@ from ...contracts.artifacts import Image, Mask
 from ...contracts.errors import ErrorCode, ToolError
 from .._checks import require_volume
 from ..methods import classical_card, seg_card
-from .confidence import METHODS, THRESHOLDS, attach, confidence
+from .confidence import attach, confidence
 from ..registry import tool
 from ..resample import resample_to
 from ._common import BundleParams, ball, fill_holes_2d
@@ -300,8 +300,7 @@ def prostate(t2w: Image, params: ProstateParams, adc: Image | None = None, devic
     parts, own = meta.pop("agreement", None), meta.pop("low_confidence_threshold", None)
     reason = "" if parts else f"no test-time reading of {meta.get('method')}"
     # the network's own threshold where its bundle states one (chosen on its development data)
-    threshold = THRESHOLDS["seg.prostate"] if own is None else float(own)
-    attach(meta, confidence("seg.prostate", parts, reason, threshold=threshold, method=METHODS["seg.prostate"]))
+    attach(meta, confidence("seg.prostate", parts, reason, threshold=own))
     vox = t2w.voxel_volume_ml
     meta.update(gland_ml=float(np.count_nonzero(zones) * vox), pz_ml=float(np.count_nonzero(zones == 1) * vox),
                 tz_ml=float(np.count_nonzero(zones == 2) * vox))
