@@ -37,6 +37,7 @@ from ...contracts.tokens import RUNTIME_KEYS, Token, is_token, normalise_seq, pa
 from ...contracts.workflow import Node, Workflow
 from ...engine.compiler import CompileError, resolve_registry, validate_node
 from ..events import PendingEvents
+from .plugins import import_plugins, plugin_modules
 
 log = logging.getLogger(__name__)
 
@@ -358,7 +359,7 @@ class Reflector:
 
     def __init__(self, tiers: list[RepairTier] | None = None, max_per_node: int = 2, max_per_case: int = 5,
                  registry: Mapping[str, Any] | None = None, plugin_modules: Mapping[str, str] | None = None):
-        _import_plugins(plugin_modules or {})
+        import_plugins(plugin_modules or {})
         self.tiers: list[RepairTier] = list(tiers) if tiers is not None else [Tier1(registry)]
         self.max_per_node, self.max_per_case = max_per_node, max_per_case
         self._registry = registry
@@ -546,34 +547,6 @@ class ReflectorPool:
             except Exception:  # already gone with its cluster
                 log.debug("reflector actor already gone", exc_info=True)
         self._members.clear()
-
-
-def plugin_modules() -> dict[str, str] | None:
-    """None when every registered tool ships with bcer; else {module: file} of the modules that
-    registered the others. An actor imports them before it unpickles anything of theirs: a
-    pickled registry would need each module importable by name in the actor's worker, which
-    holds only the folder that worker started in (a user's tools in another folder failed)."""
-    import sys
-
-    from ...tools.registry import REGISTRY, load_all
-
-    load_all()
-    mods = sorted({reg.fn.__module__ for reg in REGISTRY.values() if not reg.fn.__module__.startswith("bcer.")})
-    return {m: str(getattr(sys.modules.get(m), "__file__", "") or "") for m in mods} or None
-
-
-def _import_plugins(modules: Mapping[str, str]) -> None:
-    """Import the driver's plugin tool modules here (a script's ``__main__`` cannot be)."""
-    if not modules:
-        return
-    from ...engine.noderun import import_tool_module
-
-    for module, file in modules.items():
-        if module == "__main__":
-            log.warning("tools defined in a script (__main__) cannot be loaded by the reflector: define them "
-                        "in an importable module")
-            continue
-        import_tool_module(module, file)
 
 
 def reflector_pool(run_id: str, size: int = 2, **kwargs: Any) -> ReflectorPool:
