@@ -93,19 +93,20 @@ N_ANATOMY = len(ANATOMY_LABELS) + 1  # label values of a whole-anatomy cine, air
 BLOOD_POOLS = ((3, 1, 10, 7),)
 
 
-def label_cine(i: int, source: str, anatomy: bool = False, thickening: bool = False
+def label_cine(i: int, source: str, anatomy: bool = False, thickening: bool = False, hypertrophy: bool = False
                ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """The i-th training label cine of ``source``: (labels (X, Y, Z, T), affine, ED/ES frames);
     seeds disjoint from every evaluation. With ``anatomy`` a generator family's cine holds the
     whole thorax (``cardiac_family.ANATOMY_LABELS``: heart 1-3, every other structure its own
     code), so the network learns the heart against its real neighbours, not against noise.
     ``thickening``: each heart's systolic walls thicken by a gain between the phantoms' law and
-    myocardial volume conservation (``anatomy_label_cine``; whole-anatomy cines only)."""
+    myocardial volume conservation; ``hypertrophy``: half the hearts get a concentric free wall
+    up to 25 mm (``anatomy_label_cine``; whole-anatomy cines only)."""
     group = GROUPS[i % 5]
     if source == "independent":  # written apart from the cardiac generator (bcer.datasets.independent)
         ph = make_heart_case(f"dr{i:04d}", TRAIN_SEED0 + i, group)
     elif anatomy:
-        return anatomy_label_cine(TRAIN_SEED0 + i, source, group, thickening=thickening)
+        return anatomy_label_cine(TRAIN_SEED0 + i, source, group, thickening=thickening, hypertrophy=hypertrophy)
     else:
         ph = make_cardiac(f"dr{i:04d}", TRAIN_SEED0 + i, "small", group=group, family=source, borderline=i % 3 == 2)
     seg = ph.labels["seg"]
@@ -113,13 +114,14 @@ def label_cine(i: int, source: str, anatomy: bool = False, thickening: bool = Fa
 
 
 def synth_cine(i: int, sources: tuple[str, ...] = ("randomised",), anatomy: bool = False, thickening: bool = False,
-               blood: bool = False) -> tuple[np.ndarray, np.ndarray, tuple[float, ...], dict[str, int]]:
+               blood: bool = False, hypertrophy: bool = False
+               ) -> tuple[np.ndarray, np.ndarray, tuple[float, ...], dict[str, int]]:
     """A randomised cine (X, Y, Z, T), its targets (0 / 1 RV / 2 MYO / 3 LV) and spacing from
     the i-th label cine (sources in turn). ``blood``: in half the whole-anatomy cines the blood
     pools (``BLOOD_POOLS``) share one contrast, so the LV must be told from the atrium and the
     aorta by its shape and wall, not by a brightness of its own."""
     source = sources[i % len(sources)]
-    seg, affine, truth = label_cine(i, source, anatomy, thickening)
+    seg, affine, truth = label_cine(i, source, anatomy, thickening, hypertrophy)
     # a whole-anatomy cine names its label count, so a structure missing from some frames (the
     # atrium) cannot shift the draws: every frame keeps the cine's one contrast per label
     n_labels = N_ANATOMY if anatomy and source != "independent" else None
@@ -134,9 +136,10 @@ def synth_cine(i: int, sources: tuple[str, ...] = ("randomised",), anatomy: bool
 
 
 def cine_samples(i: int, rng: np.random.Generator, sources: tuple[str, ...] = ("randomised",),
-                 anatomy: bool = False, thickening: bool = False, blood: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                 anatomy: bool = False, thickening: bool = False, blood: bool = False, hypertrophy: bool = False
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """Stored windows and labels of the i-th synthetic cine, as ``train_bundle.cine_samples``."""
-    cine, seg, sp, truth = synth_cine(i, sources, anatomy, thickening, blood)
+    cine, seg, sp, truth = synth_cine(i, sources, anatomy, thickening, blood, hypertrophy)
     z, t = seg.shape[2], seg.shape[3]
     x, lab = TB.prepare(cine, sp, seg)
     centre = np.argwhere(lab > 0)[:, :2].mean(axis=0).astype(int)
@@ -170,6 +173,7 @@ def write_bundle(net: torch.nn.Module, out: Path, args: argparse.Namespace, trai
                                            "independent": "bcer.datasets.independent hearts"}[k] for k in args.sources],
                          "whole_anatomy_cines": args.anatomy, "init": str(args.init),
                          "volume_thickening": args.thickening, "shared_blood_contrast": args.blood_pools,
+                         "concentric_hypertrophy": args.hypertrophy,
                          "train_seeds": [TRAIN_SEED0, TRAIN_SEED0 + args.n_train - 1],
                          "randomisation_ranges": asdict(CARDIAC_RANGES), "torch_threads": torch.get_num_threads(),
                          "train_seconds": round(train_s, 1), "hardware": platform.processor() or platform.machine()}}
@@ -220,6 +224,9 @@ def main() -> None:
                          "slice-area law and myocardial volume conservation (cardiac_family.THICKENING_GAIN_MAX)")
     ap.add_argument("--blood-pools", action="store_true",
                     help="with --anatomy: in half the cines LV, RV, atrium and aorta share one random contrast")
+    ap.add_argument("--hypertrophy", action="store_true",
+                    help="with --anatomy: half the hearts get a concentric free wall drawn up to 25 mm "
+                         "(cardiac_family.HYPERTROPHY_WALL_MAX_MM; the families' free walls end at 15 mm)")
     ap.add_argument("--init", default="none",
                     help="weights to start from (fine-tuning), e.g. the shipped models/model.pt; 'none': from scratch")
     ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate of the one-cycle schedule")
@@ -234,6 +241,8 @@ def main() -> None:
         ap.error(f"--sources must be among {SOURCES}")
     if args.thickening and not args.anatomy:
         ap.error("--thickening needs --anatomy (it applies to the generator's whole-anatomy cines)")
+    if args.hypertrophy and not args.anatomy:
+        ap.error("--hypertrophy needs --anatomy (it applies to the generator's whole-anatomy cines)")
     if args.blood_pools and not args.anatomy:
         ap.error("--blood-pools needs --anatomy (the atrium and the aorta are labelled in whole-anatomy cines only)")
     if any("=" not in a for a in args.also):
@@ -248,7 +257,7 @@ def main() -> None:
     bundles = {"shipped": str(SHIPPED)}
     if args.steps > 0:
         rng = np.random.default_rng(args.seed)
-        parts = [cine_samples(i, rng, args.sources, args.anatomy, args.thickening, args.blood_pools)
+        parts = [cine_samples(i, rng, args.sources, args.anatomy, args.thickening, args.blood_pools, args.hypertrophy)
                  for i in range(args.n_train)]
         x_all, y_all = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
         prep_s = time.time() - t0

@@ -361,9 +361,18 @@ def _thorax_labels(world: np.ndarray, liver: dict[str, list[float]] | None) -> n
 # that replaced the default, see docs/segmenters.md.)
 THICKENING_GAIN_MAX = 1.15
 
+# Concentric hypertrophy of training label cines (``anatomy_label_cine(hypertrophy=True)``):
+# the families' free walls end at 15 mm (HCM 11-13 mm, times a family's wall scale), with the
+# extra thickness in the septum only. Hypertensive, infiltrative and many hypertrophic hearts
+# thicken all round, 15 mm and beyond (HCM: >= 15 mm; "massive" >= 30 mm, rare). With
+# probability HYPERTROPHY_P a training heart's ED free wall is redrawn uniformly between its
+# own thickness and HYPERTROPHY_WALL_MAX_MM; its septal excess and cavity stay as drawn.
+HYPERTROPHY_P = 0.5
+HYPERTROPHY_WALL_MAX_MM = 25.0
 
-def anatomy_label_cine(seed: int, family: str, group: str, size: Size = "small", thickening: bool = False
-                       ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+
+def anatomy_label_cine(seed: int, family: str, group: str, size: Size = "small", thickening: bool = False,
+                       hypertrophy: bool = False) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """A family heart in its thorax as a whole-anatomy label cine (``ANATOMY_LABELS``).
 
     The heart, its motion, the stack geometry and the surroundings (left atrium, pericardial
@@ -373,11 +382,14 @@ def anatomy_label_cine(seed: int, family: str, group: str, size: Size = "small",
     wall thickens by a per-heart gain anywhere between the phantoms' slice-area law and
     myocardial volume conservation (``THICKENING_GAIN_MAX``; drawn from a stream of its own,
     so the rest of the cine is the same draw): the phantoms' law alone under-thickens, most
-    in dilated hearts, whose rings barely shrink.
+    in dilated hearts, whose rings barely shrink. With ``hypertrophy``, half the hearts get a
+    concentrically thickened free wall (``HYPERTROPHY_WALL_MAX_MM``; a stream of its own too):
+    the families' hearts never thicken all round beyond 15 mm.
 
     Returns:
         (labels (X, Y, Z, T) int16, affine, {"ed_frame", "es_frame"} of the LV volume curve,
-        and with ``thickening`` the "thickening_gain" drawn).
+        with ``thickening`` the "thickening_gain" drawn, with ``hypertrophy`` the ED
+        "free_wall_mm").
     """
     fam = C.FAMILY_RANGES[family]
     rng = np.random.default_rng([int(seed), 0xCA2D, _FAMILY_SALT[family], 0xA7])
@@ -388,6 +400,11 @@ def anatomy_label_cine(seed: int, family: str, group: str, size: Size = "small",
         gain = np.random.default_rng([int(seed), 0x7B1C, _FAMILY_SALT[family]]).uniform(
             1.0, THICKENING_GAIN_MAX / p["s_long"])
         p = {**p, "thickening_gain": float(gain)}
+    if hypertrophy:
+        hr = np.random.default_rng([int(seed), 0x4E7, _FAMILY_SALT[family]])
+        if hr.random() < HYPERTROPHY_P:
+            p = {**p, "wall": float(hr.uniform(p["wall"], max(p["wall"], HYPERTROPHY_WALL_MAX_MM)))}
+            box = _heart_box(draw["q"], draw["r"], p)  # a thicker wall reaches further
     thorax = _thorax_labels(draw["world"], ex["liver"])
     q, r, theta, akin = draw["q"][box], draw["r"][box], draw["theta"][box], draw["akin"]
     akin = None if akin is None else akin[box]
@@ -405,6 +422,8 @@ def anatomy_label_cine(seed: int, family: str, group: str, size: Size = "small",
     info: dict[str, Any] = {k: int(truth[k]) for k in ("ed_frame", "es_frame")}
     if thickening:
         info["thickening_gain"] = p["thickening_gain"]
+    if hypertrophy:
+        info["free_wall_mm"] = float(p["wall"])
     return np.stack(frames, axis=-1), draw["affine"].copy(), info
 
 

@@ -149,3 +149,33 @@ def test_anatomy_label_cine_thickening_spans_both_laws(group: str) -> None:
 def _myo_es_over_ed(lab: np.ndarray, frames: dict) -> float:
     myo = (lab == 2).sum(axis=(0, 1, 2))
     return float(myo[frames["es_frame"]] / myo[frames["ed_frame"]])
+
+
+def test_anatomy_label_cine_hypertrophy_thickens_the_free_wall_all_round() -> None:
+    """``hypertrophy=True``: about half the hearts get a concentric free wall between their own
+    thickness and HYPERTROPHY_WALL_MAX_MM; their cavities (hence ED/ES and the EF) are the same
+    draw, and the wall measured on the labels (the epicardium's median distance to the cavity
+    in the largest ED slice) is the drawn thickness within a voxel. The other hearts are the plain cine, voxel for voxel."""
+    from scipy import ndimage
+
+    from bcer.datasets.cardiac_family import HYPERTROPHY_WALL_MAX_MM, anatomy_label_cine
+
+    thick_hearts = 0
+    for seed in range(8):
+        plain, affine, frames = anatomy_label_cine(seed, "randomised", "NOR")
+        lab, _, info = anatomy_label_cine(seed, "randomised", "NOR", hypertrophy=True)
+        assert np.array_equal(plain == 3, lab == 3) and {k: info[k] for k in frames} == frames
+        wall = info["free_wall_mm"]
+        assert 7.5 * 0.9 <= wall <= HYPERTROPHY_WALL_MAX_MM
+        if np.array_equal(plain, lab):
+            continue
+        thick_hearts += 1
+        ed = lab[..., frames["ed_frame"]]
+        sp = np.linalg.norm(affine[:3, :3], axis=0)
+        lv_area = (ed == 3).sum(axis=(0, 1))
+        k = int(np.argmax(lv_area))  # a mid-ventricular slice: the ring is cut across
+        dist = ndimage.distance_transform_edt(ed[..., k] != 3, sampling=sp[:2])
+        epi = (ed[..., k] == 2) & ndimage.binary_dilation(ed[..., k] != 2) & ~ndimage.binary_dilation(ed[..., k] == 3)
+        ring = dist[epi & (ed[..., k] != 1)]
+        assert abs(np.median(ring) - wall) <= sp[0]  # the epicardium's distance to the cavity
+    assert 2 <= thick_hearts <= 6
