@@ -115,7 +115,7 @@ def _chain(bundle_card: MethodCard) -> tuple[dict, object]:
     ph = make_cardiac("r", 12, size="small", group="DCM")
     cine, labels = ph.sequences["CINE"], ph.labels["seg"]
     labels.meta["method_card"] = bundle_card.model_dump()
-    stamp_lineage({"labels": labels}, {"cine": cine}, "seg", "seg.cardiac", "2.7", bundle_card.model_dump(),
+    stamp_lineage({"labels": labels}, {"cine": cine}, "seg", "seg.cardiac", "2.8", bundle_card.model_dump(),
                   {"cine": "series CINE"}, case="case042")
     out = {}
     for node, tool, ins, reads in (("ed_es", "cardiac.ed_es", {"labels": labels, "cine": cine},
@@ -139,7 +139,7 @@ def test_report_header_names_case_series_methods_and_the_research_use_line() -> 
     head = text[text.index(METADATA_OPEN): text.index("## Findings")]
     assert text.index("## About this report") < text.index("## Findings") < text.index("## Evidence")
     assert "Case: `case042`" in head and "Input series: `CINE`" in head and DISCLAIMER in head
-    assert "`seg` (`seg.cardiac 2.7`)" in head and "weights sha256 " in head and "reads cine from series `CINE`" in head
+    assert "`seg` (`seg.cardiac 2.8`)" in head and "weights sha256 " in head and "reads cine from series `CINE`" in head
     assert re.search(r"bcer `\d+\.\d+\.\d+`, report made `\d{4}-\d\d-\d\d \d\d:\d\d UTC`", head)
     assert s["header"]["case"] == "case042" and s["header"]["disclaimer"] == DISCLAIMER
     assert s["metadata_keys"] == ["header", "evidence_table"] and len(s["evidence_table"]) == len(
@@ -161,12 +161,12 @@ def test_flags_reach_the_report_header_and_the_case_page() -> None:
     flags = {"near_tie": {"flagged": True, "detail": "ES frame 7 vs runner-up 8"},
              "low_confidence": {"flagged": False, "detail": "self-consistency 0.9 >= threshold 0.67", "score": 0.9}}
     t = Table([{"x": 1.0}], meta={"lineage": {"case": "c9", "nodes": {
-        "seg": {"tool": "seg.cardiac", "version": "2.7", "method": seg.model_dump(), "reads": {"cine": "series CINE"},
+        "seg": {"tool": "seg.cardiac", "version": "2.8", "method": seg.model_dump(), "reads": {"cine": "series CINE"},
                 "flags": flags}}}})
     lines = "\n".join(header_lines(header_of([t])))
     assert "- Confidence at node `seg`: self-consistency 0.9 >= threshold 0.67" in lines  # a score is always shown
     assert "- Flag: near tie at node `seg`: ES frame 7 vs runner-up 8" in lines and "Flag: low confidence" not in lines
-    prov = {"deliverables": {"labels": {"chain": [{"node": "seg", "tool": "seg.cardiac", "version": "2.7",
+    prov = {"deliverables": {"labels": {"chain": [{"node": "seg", "tool": "seg.cardiac", "version": "2.8",
                                                    "method": seg.model_dump(), "flags": flags}]}}}
     page = _methods(prov)
     assert DISCLAIMER in page and '<span class="bad">near tie</span>' in page and "not low confidence" in page

@@ -106,21 +106,6 @@ def test_merge_hybrid_takes_the_classical_lv_and_the_network_walls() -> None:
     assert not (out[atrium] == 3).any()
 
 
-def test_detached_slices_drop_an_atrium_beyond_an_empty_base() -> None:
-    """In systole the base leaves its slice; blood beyond that gap is not ventricle, while an
-    apex that only tapers is kept."""
-    from bcer.tools.seg.cardiac_classical import _detached_slices
-
-    lv = np.zeros((20, 20, 8), bool)
-    for k, r in zip(range(1, 6), (2, 4, 5, 6, 6)):
-        lv[10 - r:10 + r, 10 - r:10 + r, k] = True  # apex at slice 1 tapering, full at 4-5
-    lv[8:12, 8:12, 7] = True  # slice 6 empty (the base moved up), slice 7 an atrium
-    kept = lv.copy()
-    assert _detached_slices(lv, top=4) == [7]
-    assert not lv[..., 7].any() and np.array_equal(lv[..., :7], kept[..., :7])
-    assert _detached_slices(kept[..., :7].copy(), top=4) == []
-
-
 @pytest.mark.parametrize("axes,flips", [([1, 0, 2], []), ([0, 1, 2], [0, 1])])
 def test_network_labels_do_not_depend_on_the_voxel_order(axes: list[int], flips: list[int]) -> None:
     """The same cine stored transposed or flipped in-plane gets the same network labels (mapped

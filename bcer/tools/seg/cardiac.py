@@ -16,7 +16,8 @@ Methods (``method``):
 * **network**: the shipped ``cardiac_unet2d`` bundle, a 2-D MONAI UNet trained on the
   randomised phantom family by ``scripts/train_bundle.py``, on the frame and its slice's
   temporal std (:mod:`.cardiac_net`); every slice of every frame is one 2-D batch; the
-  labels are then tidied into one heart over the cycle (:func:`.cardiac_net.tidy_labels`).
+  labels are then tidied into one heart over the cycle, without the left atrium above the
+  base (:func:`.cardiac_net.tidy_labels`, :mod:`.cardiac_atrium`).
   ``bundle_dir`` runs another bundle the same way (with ``method="hybrid"``: merged).
 * **classical**: intensity levels from the cine (:mod:`.cardiac_classical`, which says how and
   where it falls short).
@@ -194,7 +195,7 @@ def _auto(cine: Cine, data: np.ndarray, params: CardiacParams, device: str) -> t
     return labels, meta
 
 
-VERSION = "2.7"  # 2.7 = 2.6 + method card and self-consistency (meta["confidence"]); same labels
+VERSION = "2.8"  # 2.8: the network path drops atrium slices (cardiac_atrium), as the classical method does
 CLASSICAL_CARD = classical_card("classical cine levels (seg.cardiac)", VERSION,
                                "blood/myocardium levels from the cine, LV/RV cavities by shape and motion")
 

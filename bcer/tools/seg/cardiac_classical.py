@@ -12,7 +12,7 @@ the fallback when the network cannot run or fails its checks. Steps:
    overlaps most the voxels most frames call LV (a round vessel or a cavity merged with
    the RV in one frame no longer wins that frame); the RV is every other sizeable cavity
    within a wall's reach of the LV; end slices whose "LV" fills while the ventricle
-   empties are a left atrium and are dropped (:func:`_atrium_slices`);
+   empties are a left atrium and are dropped (:mod:`.cardiac_atrium`);
 4. myocardium: levels from the image (the myocardium: median over rays from the LV centre
    of the darkest smoothed value 0.5-2.5 voxels beyond the endocardium, clear of the
    blurred blood edge; the tissue around the heart region brighter than that); along rays
@@ -37,6 +37,7 @@ from skimage.morphology import convex_hull_image
 from ...contracts.artifacts import Cine
 from ...contracts.errors import ErrorCode, ToolError
 from ._common import fill_holes_2d
+from .cardiac_atrium import atrium_slices, detached_slices
 
 _CONN3 = ndi.generate_binary_structure(3, 1)
 _CROSS2 = ndi.generate_binary_structure(2, 1)[..., None]  # in-plane 4-neighbourhood
@@ -229,60 +230,6 @@ def _repick_lost_frames(cands: list[list[np.ndarray]], cavities: list[tuple[np.n
     return changed
 
 
-def _atrium_slices(cavities: list[tuple[np.ndarray, np.ndarray]]) -> list[int]:
-    """End slices of the LV stack whose "LV" fills while the rest of the LV empties: a left
-    atrium above the mitral plane (blood without a myocardial ring, connected to the LV
-    through the base, so the cavity search takes it for LV).
-
-    Per slice, the LV area over the frames is correlated with the LV area of all other
-    slices; from each end of the stack inwards, slices are peeled while that correlation is
-    below -0.3 (the atrium fills in systole, the ventricle empties). A ventricular slice
-    follows the ventricle (+1), and an apical or basal one that the base plane leaves in
-    systole still shrinks with it.
-    """
-    area = np.stack([lv.sum(axis=(0, 1)) for lv, _ in cavities], axis=-1).astype(float)  # (Z, T)
-    if area.shape[1] < 4:
-        return []
-    total = area.sum(axis=0)
-    present = np.flatnonzero(area.max(axis=1) > 0)
-    drop: set[int] = set()
-    for order in (present, present[::-1]):
-        for k in order:
-            rest = total - area[k]
-            if area[k].std() == 0 or rest.std() == 0 or np.corrcoef(area[k], rest)[0, 1] >= -0.3:
-                break
-            drop.add(int(k))
-    return sorted(drop)
-
-
-def _detached_slices(lv: np.ndarray, top: int, gap: float = 0.1) -> list[int]:
-    """Slices of one frame's LV beyond a gap in the stack (they are cleared in place).
-
-    The LV is one run of slices. Walking from slice ``top`` (largest LV area over the whole
-    cycle: one frame's largest can be the atrium) towards either end, a slice under ``gap`` x
-    the largest area of the frame's run so far after which the area grows again is a gap: the
-    apex only tapers, so what lies beyond is not ventricle but an atrium above a base that
-    has moved out of the slice in systole (blood, round, next to the LV in the frames
-    where the base slice is empty, so neither the candidate search nor the anti-phase test
-    of :func:`_atrium_slices` rejects it in every frame).
-    """
-    area = lv.sum(axis=(0, 1)).astype(float)
-    if area[top] == 0:
-        return []
-    drop: list[int] = []
-    for step in (1, -1):
-        k, ref = top + step, area[top]
-        while 0 <= k < area.size and 0 <= k + step < area.size:
-            ref = max(ref, area[k])
-            if area[k] < gap * ref and area[k + step] > area[k]:
-                beyond = range(k + step, area.size) if step > 0 else range(0, k + step + 1)
-                drop += [j for j in beyond if area[j] > 0]
-                break
-            k += step
-    lv[:, :, drop] = False
-    return sorted(drop)
-
-
 def _myo_slice(img: np.ndarray, lv: np.ndarray, blocked: np.ndarray, band: tuple[float, float],
                spacing: tuple[float, float], max_wall: float) -> np.ndarray:
     """Myocardium of one slice by rays from the LV centre.
@@ -413,11 +360,11 @@ def classical_labels(cine: Cine, max_wall_mm: float) -> tuple[np.ndarray, dict[s
         lv, rv = _cavities(cs, i_lv, core, cine.spacing, max_wall_mm)
         cavities.append((empty, empty) if lv is None else (fill_holes_2d(lv), rv))
     repicked = _repick_lost_frames(cands, cavities, cine.spacing, max_wall_mm)
-    atrium = _atrium_slices(cavities)
+    atrium = atrium_slices(np.stack([lv.sum(axis=(0, 1)) for lv, _ in cavities], axis=-1))
     for lv, _ in cavities:
         lv[:, :, atrium] = False
     top = int(np.argmax(sum(lv.sum(axis=(0, 1)) for lv, _ in cavities)))
-    detached = {t: d for t, (lv, _) in enumerate(cavities) if (d := _detached_slices(lv, top))}
+    detached = {t: d for t, (lv, _) in enumerate(cavities) if (d := detached_slices(lv, top))}
     # noise vs the small myocardium/body contrast: the wall is traced on a smoothed image
     smooth = ndi.gaussian_filter(data, sigma=(0.7, 0.7, 0.0, 0.0))
     minima = _all_wall_minima(smooth, cavities, cine.spacing)

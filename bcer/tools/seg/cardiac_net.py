@@ -9,7 +9,8 @@ become extra slices: an (X, Y, Z, T) cine is fed as (X, Y, Z*T) channels, slice 
 ``z * T + t``, so one 2-D batch covers the whole cine.
 
 A per-slice network knows nothing of the other slices and frames; :func:`tidy_labels`
-makes its answer one heart over the cycle (one LV, the myocardium and RV that touch it).
+makes its answer one heart over the cycle (one LV without the atrium, the myocardium and RV
+that touch it).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import numpy as np
 from scipy import ndimage as ndi
 
 from .bundle_labels import Channel
+from .cardiac_atrium import atrium_slices, detached_slices
 
 # channel_def names: not sequence names, so bcer's bundle runner feeds the tool's channels in
 # the tool's order (a bundle naming its one channel "cine" still gets the frame, by name)
@@ -65,41 +67,29 @@ def _keep_touching(mask: np.ndarray, anchor: np.ndarray, min_size: int) -> np.nd
 
 
 def tidy_labels(labels: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
-    """One LV per frame, consistent over the cycle; MYO and RV only where they touch the heart.
+    """One LV per frame, consistent over the cycle, without the atrium; MYO and RV only where
+    they touch the heart.
 
     Per frame, the LV's 3-D components are weighed against the voxels most frames call LV
     (the consensus core, from each frame's largest component): components that overlap the
     core are kept, the others (a vessel or an atrium the network took for LV in one frame)
     are dropped; with no overlap the frame keeps its largest. LV holes are filled per slice.
-    Myocardium must touch the LV, and RV the myocardium or LV, unless a piece is large
-    (a quarter of that frame's LV). Returns the labels and counts of voxels removed.
+    An atrium joined to the LV through the base survives that; the cycle tells it apart
+    (:mod:`.cardiac_atrium`): end slices whose "LV" fills while the ventricle empties, and a
+    frame's slices beyond a gap in its LV stack, lose their LV and the myocardium the network
+    drew around it (a per-slice network rings the atrium too). Myocardium must touch the LV,
+    and RV the myocardium or LV, unless a piece is large (a quarter of that frame's LV).
+    Returns the labels, counts of voxels removed and the slices taken for atrium.
     """
     out = np.array(labels, np.int16, copy=True)
     n_t = out.shape[3]
-    largest = []
-    for t in range(n_t):
-        lab, n = ndi.label(out[..., t] == 3, _CONN3)
-        if n == 0:
-            largest.append(np.zeros(out.shape[:3], bool))
-            continue
-        sizes = np.bincount(lab.ravel())
-        sizes[0] = 0
-        largest.append(lab == int(np.argmax(sizes)))
-    core = np.sum(largest, axis=0) >= 0.5 * n_t
+    core = _lv_core(out)
     removed = {"lv": 0, "myo": 0, "rv": 0}
     for t in range(n_t):
+        removed["lv"] += _one_lv(out[..., t], core)
+    atrium = _drop_atrium(out, removed)
+    for t in range(n_t):
         frame = out[..., t]
-        lv = frame == 3
-        lab, n = ndi.label(lv, _CONN3)
-        if n > 1:
-            hits = np.unique(lab[core & lv])
-            keep_ids = hits[hits > 0] if hits.size and hits.max() > 0 else [int(np.argmax(np.bincount(lab.ravel())[1:])) + 1]
-            keep = np.isin(lab, keep_ids)
-            removed["lv"] += int((lv & ~keep).sum())
-            frame[lv & ~keep] = 0
-            lv = keep
-        filled = np.stack([ndi.binary_fill_holes(lv[..., k]) for k in range(lv.shape[2])], axis=-1)
-        frame[filled & ~lv & (frame != 1)] = 3
         lv = frame == 3
         big = max(1, int(0.25 * lv.sum()))
         myo = frame == 2
@@ -110,7 +100,60 @@ def tidy_labels(labels: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
         keep = _keep_touching(rv, lv | (frame == 2), big)
         removed["rv"] += int((rv & ~keep).sum())
         frame[rv & ~keep] = 0
-    return out, {"removed_voxels": removed, "core_voxels": int(core.sum())}
+    return out, {"removed_voxels": removed, "core_voxels": int(core.sum()), **atrium}
+
+
+def _lv_core(out: np.ndarray) -> np.ndarray:
+    """Voxels that at least half the frames' largest LV components hold."""
+    largest = []
+    for t in range(out.shape[3]):
+        lab, n = ndi.label(out[..., t] == 3, _CONN3)
+        if n == 0:
+            largest.append(np.zeros(out.shape[:3], bool))
+            continue
+        sizes = np.bincount(lab.ravel())
+        sizes[0] = 0
+        largest.append(lab == int(np.argmax(sizes)))
+    return np.sum(largest, axis=0) >= 0.5 * out.shape[3]
+
+
+def _one_lv(frame: np.ndarray, core: np.ndarray) -> int:
+    """Keep the LV components of one frame that overlap the core (in place), fill their
+    holes per slice; returns the voxels removed."""
+    lv = frame == 3
+    lab, n = ndi.label(lv, _CONN3)
+    removed = 0
+    if n > 1:
+        hits = np.unique(lab[core & lv])
+        keep_ids = hits[hits > 0] if hits.size and hits.max() > 0 else [int(np.argmax(np.bincount(lab.ravel())[1:])) + 1]
+        keep = np.isin(lab, keep_ids)
+        removed = int((lv & ~keep).sum())
+        frame[lv & ~keep] = 0
+        lv = keep
+    filled = np.stack([ndi.binary_fill_holes(lv[..., k]) for k in range(lv.shape[2])], axis=-1)
+    frame[filled & ~lv & (frame != 1)] = 3
+    return removed
+
+
+def _drop_atrium(out: np.ndarray, removed: dict[str, int]) -> dict[str, Any]:
+    """Clear the LV and MYO of atrium slices (:mod:`.cardiac_atrium`) in place."""
+    lv = out == 3
+    area = lv.sum(axis=(0, 1))  # (Z, T)
+    atrium = atrium_slices(area)
+    gone = np.zeros(out.shape, bool)
+    gone[:, :, atrium, :] = True
+    top = int(np.argmax(np.where(np.isin(np.arange(area.shape[0]), atrium), 0, area.sum(axis=1))))
+    detached = {}
+    for t in range(out.shape[3]):
+        kept = lv[..., t] & ~gone[..., t]
+        if d := detached_slices(kept, top):
+            detached[t] = d
+            gone[:, :, d, t] = True
+    for code, name in ((3, "lv"), (2, "myo")):
+        hit = gone & (out == code)
+        removed[name] += int(hit.sum())
+        out[hit] = 0
+    return {"atrium_slices": atrium, "detached_slices": detached}
 
 
 def inplane_ornt(affine: np.ndarray) -> np.ndarray:
