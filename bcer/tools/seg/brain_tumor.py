@@ -5,6 +5,8 @@ With ``bundle_dir`` a local MONAI bundle does the work: its input channels in th
 flair), its classes mapped by name to the BraTS labels (TC/WT/ET regions or per-class). Otherwise a classical multi-contrast method whose every threshold is learned
 from the case itself:
 
+0. bias: each contrast is divided by its N4 bias field (SimpleITK, fitted in its Otsu head
+   mask at about 8 mm; ``bias_correction``), so a scanner's shading is not read as signal;
 1. brain mask: the head is Otsu on the mean of the contrasts (each scaled by its 99th
    percentile), largest component, holes filled; on a head that was not skull-stripped the
    brain is the region inside the dark bone shell (``bcer.tools.skull``), so enhancing
@@ -36,6 +38,7 @@ from ...contracts.artifacts import Image, Mask
 from ...contracts.errors import ErrorCode, ToolError
 from .._checks import require_same_grid, require_volume
 from ..methods import classical_card
+from ..bias import N4Params, correct_bias
 from ..registry import tool
 from ..skull import Stripped, strip_skull
 from .confidence import MIRROR_METHOD, attach, confidence, dice_by_label
@@ -56,6 +59,8 @@ class BrainTumorParams(BundleParams):
     satellite_fraction: float = Field(
         0.15, gt=0.0, le=1.0, description="and when its abnormal signal (FLAIR excess + enhancement) is at least this "
                                           "fraction of the main focus's (1: only the main focus)")
+    bias_correction: bool = Field(True, description="N4-correct each contrast before its levels are learnt "
+                                                    "(classical method; off: the contrasts as given)")
 
 
 class BrainTumorSeg(NamedTuple):
@@ -171,11 +176,26 @@ def _core(wt: np.ndarray, et: np.ndarray, flair: np.ndarray, t1c: np.ndarray, ha
     return fill_holes_2d(ndi.binary_fill_holes(core))
 
 
-def _brain(t1: Image, t1c: Image, t2: Image, flair: Image) -> tuple[np.ndarray, Stripped]:
-    """The four contrasts stacked, and the brain found in them (independent of the smoothing,
-    so the rerun at 1.5x smoothing reuses it)."""
-    raw = np.stack([np.asarray(x.data, np.float64) for x in (t1, t1c, t2, flair)])
+def _brain(t1: Image, t1c: Image, t2: Image, flair: Image, bias: bool = True) -> tuple[np.ndarray, Stripped]:
+    """The four contrasts stacked (each N4-corrected with ``bias``), and the brain found in
+    them (independent of the smoothing, so the rerun at 1.5x smoothing reuses it)."""
+    raw = np.stack([_unshaded(x) if bias else np.asarray(x.data, np.float64) for x in (t1, t1c, t2, flair)])
     return raw, strip_skull(raw, _head_mask(raw))
+
+
+N4_FIT_MM = 8.0  # N4 fits its field on a copy at about this voxel size: the field is smooth over centimetres
+
+
+def _unshaded(img: Image) -> np.ndarray:
+    """One contrast divided by its N4 bias field (Otsu head mask). The levels below are learnt
+    from the whole brain; a scanner's shading (receive coils: a factor of 2 across a head is
+    common) otherwise lifts normal tissue on one side over the FLAIR threshold, as oedema."""
+    shrink = tuple(max(1, int(round(N4_FIT_MM / s))) for s in img.spacing)
+    data = np.asarray(img.data, np.float64)
+    if not np.any(data > 0):
+        return data
+    out, _ = correct_bias(data, img.affine, N4Params(), shrink=shrink)
+    return out.astype(np.float64)
 
 
 def _classical(t1: Image, t1c: Image, t2: Image, flair: Image, p: BrainTumorParams,
@@ -250,12 +270,12 @@ def _bundle(t1: Image, t1c: Image, t2: Image, flair: Image, params: BrainTumorPa
     return labels, meta, conf
 
 
-CLASSICAL_CARD = classical_card("classical multicontrast thresholds (seg.brain_tumor)", "1.3",
-                               "brain inside the bone shell, enhancement and FLAIR/T2 thresholds learnt per case, "
-                               "core by filling")
+CLASSICAL_CARD = classical_card("classical multicontrast thresholds (seg.brain_tumor)", "1.4",
+                               "N4 bias correction, brain inside the bone shell, enhancement and FLAIR/T2 "
+                               "thresholds learnt per case, core by filling")
 
 
-@tool("seg.brain_tumor", version="1.3", milestone="segmentation",
+@tool("seg.brain_tumor", version="1.4", milestone="segmentation",
       resources={"num_cpus": 1, "memory_mb": 2048}, gpu="optional")
 def brain_tumor(t1: Image, t1c: Image, t2: Image, flair: Image, params: BrainTumorParams,
                 device: str = "cpu") -> BrainTumorSeg:
@@ -280,7 +300,7 @@ def brain_tumor(t1: Image, t1c: Image, t2: Image, flair: Image, params: BrainTum
     if params.bundle_dir:
         labels, meta, conf = _bundle(t1, t1c, t2, flair, params, device)
     else:
-        found = _brain(t1, t1c, t2, flair)
+        found = _brain(t1, t1c, t2, flair, params.bias_correction)
         labels, meta = _classical(t1, t1c, t2, flair, params, found)
         meta["method_card"] = CLASSICAL_CARD.model_dump(exclude_defaults=True)
         parts = _rerun_agreement(labels, t1, t1c, t2, flair, params, found)
