@@ -174,6 +174,7 @@ def write_bundle(net: torch.nn.Module, out: Path, args: argparse.Namespace, trai
                          "whole_anatomy_cines": args.anatomy, "init": str(args.init),
                          "volume_thickening": args.thickening, "shared_blood_contrast": args.blood_pools,
                          "concentric_hypertrophy": args.hypertrophy,
+                         "replay_cines": args.replay,
                          "train_seeds": [TRAIN_SEED0, TRAIN_SEED0 + args.n_train - 1],
                          "randomisation_ranges": asdict(CARDIAC_RANGES), "torch_threads": torch.get_num_threads(),
                          "train_seconds": round(train_s, 1), "hardware": platform.processor() or platform.machine()}}
@@ -227,6 +228,10 @@ def main() -> None:
     ap.add_argument("--hypertrophy", action="store_true",
                     help="with --anatomy: half the hearts get a concentric free wall drawn up to 25 mm "
                          "(cardiac_family.HYPERTROPHY_WALL_MAX_MM; the families' free walls end at 15 mm)")
+    ap.add_argument("--replay", type=int, default=0, metavar="N",
+                    help="also train on the first N training cines of the shipped network (train_bundle.py's "
+                         "randomised-family phantoms, seeds from its TRAIN_SEED0): rehearsal, so fine-tuning on "
+                         "randomised images does not forget the phantoms the ensemble's other member reads well")
     ap.add_argument("--init", default="none",
                     help="weights to start from (fine-tuning), e.g. the shipped models/model.pt; 'none': from scratch")
     ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate of the one-cycle schedule")
@@ -259,6 +264,7 @@ def main() -> None:
         rng = np.random.default_rng(args.seed)
         parts = [cine_samples(i, rng, args.sources, args.anatomy, args.thickening, args.blood_pools, args.hypertrophy)
                  for i in range(args.n_train)]
+        parts += [TB.cine_samples(j, rng, {}) for j in range(args.replay)]
         x_all, y_all = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
         prep_s = time.time() - t0
         log.info("%d synthetic slices from %d cines (%.0f s)", len(x_all), args.n_train, prep_s)
