@@ -83,9 +83,15 @@ def gpu_where() -> dict[str, Any]:
 
 
 def import_tool_module(module: str, file: str) -> None:
-    """Import a tool module by name, else (same machine, module not on sys.path) by file."""
+    """Import a tool module by name, else (same machine, module not on sys.path) by file.
+
+    A module already imported under that name from another file whose content differs from
+    ``file`` (the one the driver registered) is kept, with a warning: a long-lived worker keeps
+    the first copy it imported (a user's ``my_tools`` from an earlier folder), and its tools,
+    not the driver's, run here. Same content elsewhere (a runtime_env copy) is silent."""
     try:
-        importlib.import_module(module)
+        mod = importlib.import_module(module)
+        _warn_if_stale(mod, module, file)
         return
     except ImportError:
         if not file or not os.path.exists(file) or module == "__main__":  # never re-run a script
@@ -94,6 +100,20 @@ def import_tool_module(module: str, file: str) -> None:
     mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules[module] = mod
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
+
+
+def _warn_if_stale(mod: Any, module: str, file: str) -> None:
+    here = getattr(mod, "__file__", None)
+    if not file or not here or not os.path.exists(file) or os.path.realpath(here) == os.path.realpath(file):
+        return
+    try:
+        same = Path(here).read_bytes() == Path(file).read_bytes()
+    except OSError:
+        return
+    if not same:
+        log.warning("module %r was imported here from %s, which differs from %s that the driver "
+                    "registered its tools from: this worker runs the first copy (restart Ray, or give "
+                    "the new module another name)", module, here, file)
 
 
 def _ensure_tool(name: str, module: str, file: str = "") -> None:

@@ -53,3 +53,27 @@ def test_framework_imported_outside_the_limit_only_for_gpu_tools() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["False", "True", "False"]
+
+
+def test_a_stale_copy_of_a_user_module_is_named(tmp_path, monkeypatch, caplog) -> None:
+    """A worker that imported ``stale_tools`` from one folder keeps it when the driver later
+    registers a different file of that name: the worker warns, naming both files. A copy
+    with the same content elsewhere (a runtime_env unpacking) is silent."""
+    import logging
+
+    from bcer.engine.noderun import import_tool_module
+
+    old, new, same = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    for folder, text in ((old, "VALUE = 1\n"), (new, "VALUE = 2\n"), (same, "VALUE = 1\n")):
+        folder.mkdir()
+        (folder / "stale_tools.py").write_text(text)
+    monkeypatch.syspath_prepend(str(old))
+    monkeypatch.delitem(sys.modules, "stale_tools", raising=False)
+    with caplog.at_level(logging.WARNING, logger="bcer.engine.noderun"):
+        import_tool_module("stale_tools", str(same / "stale_tools.py"))
+        assert not caplog.records
+        import_tool_module("stale_tools", str(new / "stale_tools.py"))
+    assert sys.modules["stale_tools"].VALUE == 1  # the first copy stays
+    (msg,) = [r.getMessage() for r in caplog.records]
+    assert str(old / "stale_tools.py") in msg and str(new / "stale_tools.py") in msg
+    monkeypatch.delitem(sys.modules, "stale_tools")
