@@ -41,8 +41,9 @@ from ...metrics import dice
 
 # Chosen on the randomised (development) families only, before any held-out case was scored:
 # the 5th percentile of the scores of the right answers there (benchmarks/confidence.py,
-# docs/trust.md): cardiac 30 cines, prostate 80 and brain 60 volumes.
-THRESHOLDS = {"seg.cardiac": 0.671, "seg.prostate": 0.919, "seg.brain_tumor": 0.816}
+# docs/trust.md): cardiac 30 cines, prostate 80 and brain 60 volumes. Brain: chosen again for
+# seg.brain_tumor 1.4 (bias correction), whose rerun agreement is higher (1.3: 0.816).
+THRESHOLDS = {"seg.cardiac": 0.671, "seg.prostate": 0.919, "seg.brain_tumor": 0.889}
 MIRROR_METHOD = "test-time mirror of the network along the first voxel axis (lowest Dice of WT, TC, ET)"
 METHODS = {"seg.cardiac": "agreement of the network and the classical method (lowest Dice of LV, MYO, RV)",
            "seg.prostate": "test-time left-right flip of the network or ensemble (lowest Dice of gland, PZ, TZ)",
