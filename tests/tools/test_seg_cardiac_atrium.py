@@ -72,3 +72,26 @@ def test_tidy_labels_gives_the_atrium_back(seed: int) -> None:
     assert not np.isin(out[:, :, atrium], (2, 3)).any()
     own = ventricle & ~la.any(axis=(0, 1, 3))  # ventricle slices the atrium never enters
     assert np.array_equal(out[:, :, own] == 3, truth[:, :, own] == 3)
+
+
+def test_atrium_in_cycle_clears_both_kinds_and_leaves_its_input() -> None:
+    """Slices that fill in systole are cleared in every frame; a slice beyond a gap in the
+    stack only in the frame with the gap; the ventricle's own slices never."""
+    from bcer.tools.seg.cardiac_atrium import atrium_in_cycle
+
+    area = _ventricle_areas()
+    phase = area[4] / area[4].max()
+    area[7] = 40 * (1.6 - phase)  # atrium above the base
+    area[0] = 30 * phase  # blood below slice 1 that beats with the ventricle
+    es = int(np.argmin(phase))
+    area[1, es] = 0  # ... but in one frame lies beyond an empty slice
+    lv = np.zeros((24, 24) + area.shape, bool)
+    for k in range(area.shape[0]):
+        for t in range(area.shape[1]):
+            r = int(round(np.sqrt(area[k, t]) / 2))
+            lv[12 - r:12 + r, 12 - r:12 + r, k, t] = r > 0
+    before = lv.copy()
+    gone, atrium, detached = atrium_in_cycle(lv)
+    assert atrium == [7] and gone[7].all() and np.array_equal(lv, before)
+    assert detached == {es: [0]} and gone[0, es] and gone[0].sum() == 1
+    assert not gone[1:7].any()  # the ventricle keeps every slice in every frame

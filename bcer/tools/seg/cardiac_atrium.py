@@ -65,4 +65,22 @@ def detached_slices(lv: np.ndarray, top: int, gap: float = 0.1) -> list[int]:
     return sorted(drop)
 
 
-__all__ = ["atrium_slices", "detached_slices"]
+def atrium_in_cycle(lv: np.ndarray) -> tuple[np.ndarray, list[int], dict[int, list[int]]]:
+    """Where an LV cine (X, Y, Z, T, boolean) is atrium, by both rules: a (Z, T) boolean of the
+    slices and frames to clear, the atrium slices and, per frame, the slices beyond a gap.
+    ``top`` of :func:`detached_slices` is the largest slice over the cycle once the atrium
+    slices are left out. ``lv`` is not changed."""
+    area = lv.sum(axis=(0, 1)).astype(float)  # (Z, T)
+    atrium = atrium_slices(area)
+    gone = np.zeros(area.shape, bool)
+    gone[atrium, :] = True
+    top = int(np.argmax(np.where(gone, 0.0, area).sum(axis=1)))
+    detached: dict[int, list[int]] = {}
+    for t in range(lv.shape[3]):
+        if d := detached_slices(lv[..., t] & ~gone[None, None, :, t], top):
+            detached[t] = d
+            gone[d, t] = True
+    return gone, atrium, detached
+
+
+__all__ = ["atrium_in_cycle", "atrium_slices", "detached_slices"]

@@ -37,7 +37,7 @@ from skimage.morphology import convex_hull_image
 from ...contracts.artifacts import Cine
 from ...contracts.errors import ErrorCode, ToolError
 from ._common import fill_holes_2d
-from .cardiac_atrium import atrium_slices, detached_slices
+from .cardiac_atrium import atrium_in_cycle
 
 _CONN3 = ndi.generate_binary_structure(3, 1)
 _CROSS2 = ndi.generate_binary_structure(2, 1)[..., None]  # in-plane 4-neighbourhood
@@ -360,11 +360,9 @@ def classical_labels(cine: Cine, max_wall_mm: float) -> tuple[np.ndarray, dict[s
         lv, rv = _cavities(cs, i_lv, core, cine.spacing, max_wall_mm)
         cavities.append((empty, empty) if lv is None else (fill_holes_2d(lv), rv))
     repicked = _repick_lost_frames(cands, cavities, cine.spacing, max_wall_mm)
-    atrium = atrium_slices(np.stack([lv.sum(axis=(0, 1)) for lv, _ in cavities], axis=-1))
-    for lv, _ in cavities:
-        lv[:, :, atrium] = False
-    top = int(np.argmax(sum(lv.sum(axis=(0, 1)) for lv, _ in cavities)))
-    detached = {t: d for t, (lv, _) in enumerate(cavities) if (d := detached_slices(lv, top))}
+    gone, atrium, detached = atrium_in_cycle(np.stack([lv for lv, _ in cavities], axis=-1))
+    for t, (lv, _) in enumerate(cavities):
+        lv[:, :, gone[:, t]] = False
     # noise vs the small myocardium/body contrast: the wall is traced on a smoothed image
     smooth = ndi.gaussian_filter(data, sigma=(0.7, 0.7, 0.0, 0.0))
     minima = _all_wall_minima(smooth, cavities, cine.spacing)

@@ -20,7 +20,7 @@ import numpy as np
 from scipy import ndimage as ndi
 
 from .bundle_labels import Channel
-from .cardiac_atrium import atrium_slices, detached_slices
+from .cardiac_atrium import atrium_in_cycle
 
 # channel_def names: not sequence names, so bcer's bundle runner feeds the tool's channels in
 # the tool's order (a bundle naming its one channel "cine" still gets the frame, by name)
@@ -136,21 +136,10 @@ def _one_lv(frame: np.ndarray, core: np.ndarray) -> int:
 
 
 def _drop_atrium(out: np.ndarray, removed: dict[str, int]) -> dict[str, Any]:
-    """Clear the LV and MYO of atrium slices (:mod:`.cardiac_atrium`) in place."""
-    lv = out == 3
-    area = lv.sum(axis=(0, 1))  # (Z, T)
-    atrium = atrium_slices(area)
-    gone = np.zeros(out.shape, bool)
-    gone[:, :, atrium, :] = True
-    top = int(np.argmax(np.where(np.isin(np.arange(area.shape[0]), atrium), 0, area.sum(axis=1))))
-    detached = {}
-    for t in range(out.shape[3]):
-        kept = lv[..., t] & ~gone[..., t]
-        if d := detached_slices(kept, top):
-            detached[t] = d
-            gone[:, :, d, t] = True
+    """Clear the LV and MYO of atrium slices (:func:`.cardiac_atrium.atrium_in_cycle`) in place."""
+    gone, atrium, detached = atrium_in_cycle(out == 3)
     for code, name in ((3, "lv"), (2, "myo")):
-        hit = gone & (out == code)
+        hit = gone[None, None] & (out == code)
         removed[name] += int(hit.sum())
         out[hit] = 0
     return {"atrium_slices": atrium, "detached_slices": detached}
