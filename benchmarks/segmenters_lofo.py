@@ -239,6 +239,9 @@ def main() -> None:
     ap.add_argument("--label", default=None,
                     help="file this run under 'runs.LABEL' in --out (with the segmenters' versions) instead of "
                          "replacing the defaults' table: e.g. a method change on fresh cases (--seed 1)")
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="TOOL.PARAM=VALUE",
+                    help="a tool parameter on every step of that tool (as the CLI's --set), e.g. "
+                         "seg.cardiac.min_myo_volume_ratio=0 to run a check switched off; recorded in the command")
     args = ap.parse_args()
     tasks = tuple(args.tasks)
     logging.basicConfig(level=logging.WARNING)
@@ -260,8 +263,11 @@ def main() -> None:
         print(f"  {row.get('task')}/{row['case']}: {row['status']} ({time.time() - t0:.0f} s)", flush=True)
 
     bundles = dict([args.candidate.split("=", 1)]) if args.candidate else None
+    from bcer.overrides import parse_sets
+
+    params = parse_sets(args.sets) or None
     report = run_bench(list(tasks), args.cases, args.work / "bench", data=args.work / "data", seed=args.seed,
-                       max_in_flight=1, on_case_done=done, bundles=bundles)
+                       max_in_flight=1, on_case_done=done, bundles=bundles, params=params)
     doc: dict[str, Any] = {
         "what": "the shipped default segmenters through cardiac_report, prostate_report and brain_report on the "
                 "independent evaluation family (bcer.datasets.independent), which no default was trained or tuned on",
@@ -285,7 +291,7 @@ def main() -> None:
     if args.label:  # a labelled run sits beside the defaults' table, which it does not replace
         keep = ("command", "machine", "synth_s", "wall_s", "date", "table", "domains")
         run = {"segmenters": _versions(tasks), **{k: doc[k] for k in keep}}
-        run["command"] += f" --tasks {' '.join(tasks)} --label '{args.label}'"
+        run["command"] += f" --tasks {' '.join(tasks)} --label '{args.label}'" + "".join(f" --set {x}" for x in args.sets)
         if bundles:  # a candidate on other cases: which model ran
             meta = _json(ROOT / next(iter(bundles.values())) / "configs" / "metadata.json") or {}
             run["bundle"] = {"tool_dir": args.candidate, "name": meta.get("name"), "version": meta.get("version")}

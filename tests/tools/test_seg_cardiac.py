@@ -207,3 +207,45 @@ def test_a_bundle_states_its_own_flag_threshold(tmp_path) -> None:
     assert verdicts["low"]["threshold"] == 0.0 and verdicts["high"]["threshold"] == 0.999
     assert verdicts["low"]["score"] == verdicts["high"]["score"] == verdicts["none"]["score"] < 0.999
     assert not verdicts["low"]["low_confidence"] and verdicts["high"]["low_confidence"]
+
+
+def test_myocardium_problem_needs_the_classical_wall_to_hold() -> None:
+    """The network's myocardium gives way only when it loses over a quarter of its volume over
+    the cycle while the classical one does not; when both do, the network's stands."""
+    from bcer.tools.seg.cardiac import myo_volume_ratio, myocardium_problem
+
+    def cine(volumes: list[int]) -> np.ndarray:
+        lab = np.zeros((10, 10, 1, len(volumes)), np.int16)
+        for t, v in enumerate(volumes):
+            lab.reshape(-1, len(volumes))[:v, t] = 2
+        return lab
+
+    thin, held, poor = cine([40, 28, 40]), cine([40, 38, 40]), cine([40, 29, 40])
+    assert myo_volume_ratio(thin) == pytest.approx(0.70) and myo_volume_ratio(held) == pytest.approx(0.95)
+    assert np.isnan(myo_volume_ratio(np.zeros((4, 4, 1, 2), np.int16)))
+    assert "incompressible" in myocardium_problem(thin, held, 0.75)
+    assert myocardium_problem(thin, poor, 0.75) is None  # 72.5 %: the classical wall is no better founded
+    assert myocardium_problem(held, thin, 0.75) is None
+    assert myocardium_problem(thin, held, 0.0) is None  # the check switched off
+
+
+def test_a_thick_wall_drawn_thin_falls_back_to_the_classical_labels() -> None:
+    """An independent-family hypertrophic heart (walls 16-22 mm; development seed 910007): the
+    shipped network draws its wall at a fixed thickness that loses ~45 % of its volume at
+    end-systole (myocardium Dice ~0.5). ``auto`` now takes the classical labels, whose wall
+    keeps its volume, and the myocardium is right; with the check off it is not."""
+    from bcer.datasets.independent.heart import make_heart_case
+
+    ph = make_heart_case("hcm", 910007, "HCM")
+    cine, truth = ph.sequences["CINE"], np.asarray(ph.labels["seg"].data)
+    frames = [ph.truth["ed_frame"], ph.truth["es_frame"]]
+
+    def myo_dice(params: dict) -> tuple[float, dict]:
+        out = call_tool("seg.cardiac", {"cine": cine}, params)["labels"]
+        return dice(out.data[..., frames] == 2, truth[..., frames] == 2), out.meta
+
+    got, meta = myo_dice({})
+    assert "incompressible" in meta["fallback"]["reason"], meta.get("fallback")
+    assert got >= 0.8, got
+    off, meta_off = myo_dice({"min_myo_volume_ratio": 0.0})
+    assert "fallback" not in meta_off and off < 0.65, off

@@ -10,9 +10,10 @@ Methods (``method``):
   ED/ES and the network's walls (ACDC group accuracy 0.90 vs 0.85 classical, 0.80 network).
   A frame where the merge loses the LV takes the network's labels (:func:`restore_lost_frames`,
   ``meta["network_frames"]``). ``auto`` checks the network's labels (:func:`network_problem`:
-  an LV in every frame over two slices, a volume curve that beats and does not jump) and uses
-  the classical labels alone, saying why in ``meta["fallback"]``, when the check fails or the
-  network cannot run.
+  an LV in every frame over two slices, a volume curve that beats and does not jump; and
+  :func:`myocardium_problem`: a myocardium that keeps at least 75 % of its volume in every
+  frame, unless the classical one does not either) and uses the classical labels alone,
+  saying why in ``meta["fallback"]``, when a check fails or the network cannot run.
 * **network**: the shipped ``cardiac_unet2d`` bundle, a 2-D MONAI UNet trained on the
   randomised phantom family by ``scripts/train_bundle.py``, on the frame and its slice's
   temporal std (:mod:`.cardiac_net`); every slice of every frame is one 2-D batch; the
@@ -45,10 +46,21 @@ CARDIAC_LABELS = {1: "RV", 2: "MYO", 3: "LV"}
 HYBRID = "hybrid_classical_lv_network_myo_rv"
 GROUPS = {"LV": (3,), "MYO": (2,), "RV": (1,)}  # self-consistency: each structure's Dice between the methods
 VETO = 0.25
+# Myocardial volume is nearly constant over the cycle (the muscle is incompressible; CMR mass
+# at ED and ES agrees within a few per cent). A reading whose smallest frame has under 75 %
+# of its largest frame's myocardium is not a myocardium: it is a wall drawn at a fixed
+# thickness while the real wall thickens (the network's reading of hypertrophic and dilated
+# hearts outside its training family, docs/segmenters.md).
+MIN_MYO_VOLUME_RATIO = 0.75
 
 
 class CardiacParams(BundleParams):
     max_wall_mm: float = Field(30.0, ge=5.0, le=60.0, description="largest myocardial wall thickness searched (mm)")
+    min_myo_volume_ratio: float = Field(
+        MIN_MYO_VOLUME_RATIO, ge=0.0, le=1.0,
+        description="auto: the network's myocardium must keep at least this fraction of its largest volume in "
+                    "every frame (the myocardium is incompressible), else the classical labels stand in when "
+                    "their myocardium keeps more; 0 turns the check off")
     method: Literal["auto", "network", "classical", "hybrid"] = Field(
         "auto", description="auto: hybrid with the shipped cardiac_unet2d network (classical LV cavity, the "
                             "network's myocardium and RV), the classical labels alone when the network is "
@@ -107,6 +119,25 @@ def network_problem(labels: np.ndarray) -> str | None:
     if not 3.0 <= rv_ef <= 90.0:
         return f"RV volume curve implausible (EF {rv_ef:.1f} %)"
     return None
+
+
+def myo_volume_ratio(labels: np.ndarray) -> float:
+    """Smallest over largest myocardial volume (label 2) over the frames of a label cine; NaN
+    without myocardium."""
+    v = np.count_nonzero(labels == 2, axis=(0, 1, 2)).astype(float)
+    return float(v.min() / v.max()) if v.max() > 0 else float("nan")
+
+
+def myocardium_problem(network: np.ndarray, classical: np.ndarray, min_ratio: float) -> str | None:
+    """Why the network's myocardium should give way to the classical one (None when it should
+    not): it loses more than ``1 - min_ratio`` of its volume over the cycle while the classical
+    myocardium keeps within that bound. When both break it, the network's stands (the
+    classical reading is then no better founded)."""
+    net, cla = myo_volume_ratio(network), myo_volume_ratio(classical)
+    if not (np.isfinite(net) and np.isfinite(cla) and net < min_ratio <= cla):
+        return None
+    return (f"the network's myocardium changes volume over the cycle (smallest frame {100 * net:.0f} % of the "
+            f"largest, limit {100 * min_ratio:g} %; classical {100 * cla:.0f} %): the muscle is incompressible")
 
 
 def merge_hybrid(classical: np.ndarray, network: np.ndarray) -> np.ndarray:
@@ -169,7 +200,7 @@ def _hybrid(cine: Cine, data: np.ndarray, params: CardiacParams, device: str) ->
     labels, meta = classical_labels(cine, params.max_wall_mm)
     net, net_meta = _network(cine, data, params, device, params.bundle_dir or str(shipped_bundle()))
     meta = {**meta, "method": HYBRID, "network": net_meta, "agreement": dice_by_label(labels, net, GROUPS)}
-    if problem := network_problem(net):
+    if problem := network_problem(net) or myocardium_problem(net, labels, params.min_myo_volume_ratio):
         meta["check"] = problem
     return _merge(labels, net, meta), meta
 
@@ -182,7 +213,7 @@ def _auto(cine: Cine, data: np.ndarray, params: CardiacParams, device: str) -> t
     labels, meta = classical_labels(cine, params.max_wall_mm)
     try:
         net, net_meta = _network(cine, data, params, device, str(shipped_bundle()))
-        problem = network_problem(net)
+        problem = network_problem(net) or myocardium_problem(net, labels, params.min_myo_volume_ratio)
     except ImportError as e:  # torch/monai are not installed here
         problem = f"network unavailable: {e}"
     except ToolError as e:
@@ -195,7 +226,7 @@ def _auto(cine: Cine, data: np.ndarray, params: CardiacParams, device: str) -> t
     return labels, meta
 
 
-VERSION = "2.8"  # 2.8: the network path drops atrium slices (cardiac_atrium), as the classical method does
+VERSION = "2.9"  # 2.9: auto falls back to the classical labels when the network's myocardium is not conserved
 CLASSICAL_CARD = classical_card("classical cine levels (seg.cardiac)", VERSION,
                                "blood/myocardium levels from the cine, LV/RV cavities by shape and motion")
 
