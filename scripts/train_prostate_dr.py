@@ -69,30 +69,51 @@ import train_prostate_bundle as TP  # noqa: E402  (its network, crops and traini
 
 
 ZONES_LUT = np.array([0, 1, 2, 1, 2])  # label -> target of the zones-only maps (a lesion joins its zone)
+# --anatomy-sizes: gland and transition-zone sizes from adult anatomy, not from one generator
+# family. Adult prostates hold about 12-85 mL (a small normal gland to benign hyperplasia); the
+# transition zone is 5-10 % of a young man's gland and grows to over half of it with hyperplasia.
+# Semi-axes (left-right, antero-posterior, cranio-caudal) of 17-32 x 12-23 x 14-27 mm give
+# 12-83 mL; a TZ scale of 0.40-0.85 per axis gives a TZ share of about 6-60 %. The generator's
+# randomised family spans 12-45 mL and 22-40 % (its PZ share, 60-78 %, is narrower than anatomy's).
+ANATOMY_SIZES = {"gland_semi_mm": ((17, 32), (12, 23), (14, 27)), "tz_scale": (0.40, 0.85)}
 
 
-def anatomy_map(i: int, fam: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def anatomy_map(i: int, fam: str, sizes: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The i-th whole-pelvis label map of a generator family (every tissue its own label), its
-    affine and its label -> target table."""
+    affine and its label -> target table. ``sizes``: glands and zones drawn from
+    ``ANATOMY_SIZES`` instead of the family's ranges (a draw whose gland no field of view
+    holds is replaced by the next seed of its own stream, ``+ 100_000``)."""
+    from contextlib import nullcontext
+
+    from bcer.contracts.errors import ToolError
     from bcer.datasets.pelvis import PELVIS_TISSUES
+    from bcer.datasets.prostate import family_ranges
     from bcer.datasets.prostate_family import anatomy_label_map
 
     tissues = list(PELVIS_TISSUES)
-    lab, _, affine = anatomy_label_map(TRAIN_SEED0 + i, fam, i % 3, "full" if i % 10 == 9 else "small")
+    size = "full" if i % 10 == 9 else "small"
+    with family_ranges(fam, **ANATOMY_SIZES) if sizes else nullcontext():
+        for k in range(8):
+            try:
+                lab, _, affine = anatomy_label_map(TRAIN_SEED0 + i + 100_000 * k, fam, i % 3, size)
+                break
+            except ToolError:
+                if k == 7:
+                    raise
     lut = np.zeros(len(tissues) + 2 * 3 + 1, np.int64)  # up to 3 lesions, in PZ or TZ
     lut[tissues.index("PZ")], lut[tissues.index("TZ")] = 1, 2
     lut[len(tissues) + 1::2], lut[len(tissues) + 2::2] = 1, 2
     return lab, affine, lut
 
 
-def label_map(i: int, families: tuple[str, ...] = FAMILIES, anatomy: bool = False
+def label_map(i: int, families: tuple[str, ...] = FAMILIES, anatomy: bool = False, sizes: bool = False
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The i-th label map, its affine and its label -> target (0, 1 PZ, 2 TZ) table. Zones-only
     maps: 1 PZ, 2 TZ, 3 lesion in PZ, 4 lesion in TZ. With ``anatomy`` a generator family's map
     holds the whole pelvis (:func:`anatomy_map`)."""
     fam = families[i % len(families)]
     if anatomy and fam != "independent":
-        return anatomy_map(i, fam)
+        return anatomy_map(i, fam, sizes)
     if fam == "independent":
         from bcer.datasets.independent import make_gland_case  # another shape model (the fold that leaves heldout out)
         ph = make_gland_case(f"dr{i:04d}", INDEPENDENT_SEED0 + i, i % 3)
@@ -152,6 +173,7 @@ def write_bundle(net: torch.nn.Module, out: Path, args: argparse.Namespace, trai
             "training": {"script": "scripts/train_prostate_dr.py", "steps": args.steps, "batch": 2, "lr": args.lr,
                          "n_label_maps": args.n_maps, "label_families": list(args.families),
                          "whole_anatomy_maps": args.anatomy, "seed": args.seed,
+                         "anatomy_sizes": ANATOMY_SIZES if args.anatomy_sizes else None,
                          "train_seeds": [TRAIN_SEED0, TRAIN_SEED0 + args.n_maps - 1],
                          "randomisation_ranges": asdict(PROSTATE_RANGES), "init": str(args.init),
                          "torch_threads": torch.get_num_threads(), "train_seconds": round(train_s, 1),
@@ -202,6 +224,9 @@ def main() -> None:
     ap.add_argument("--anatomy", action="store_true",
                     help="generator-family label maps hold the whole pelvis, every tissue its own label (SynthSeg's "
                          "full label maps), instead of the zones alone against random clutter")
+    ap.add_argument("--anatomy-sizes", action="store_true",
+                    help="with --anatomy: glands of 12-83 mL with a transition zone of about 6-60 %% of the gland "
+                         "(adult anatomy, ANATOMY_SIZES) instead of the generator family's sizes")
     ap.add_argument("--eval-family", default="independent", choices=SOURCES,
                     help="the left-out family scored at the end (must not be among --families)")
     ap.add_argument("--eval-cases", type=int, default=0)
@@ -216,7 +241,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     t0 = time.time()
     if args.steps:  # --steps 0: only score the bundle already in --out (and --also)
-        maps = [label_map(i, args.families, args.anatomy) for i in range(args.n_maps)]
+        if args.anatomy_sizes and not args.anatomy:
+            ap.error("--anatomy-sizes needs --anatomy")
+        maps = [label_map(i, args.families, args.anatomy, args.anatomy_sizes) for i in range(args.n_maps)]
         log.info("%d label maps (%.0f s)", len(maps), time.time() - t0)
         args.out.mkdir(parents=True, exist_ok=True)
         init = None if args.init == "none" else Path(args.init)

@@ -175,3 +175,32 @@ def test_prostate_script_label_sources_and_whole_anatomy_targets() -> None:
     assert len(np.unique(lab)) > 8  # the pelvis around the gland, not the zones alone
     x, y = mod.draw(lab, affine, lut, np.random.default_rng(0))
     assert x.shape == y.shape and set(np.unique(y)) == {0, 1, 2}
+
+
+def test_prostate_anatomy_sizes_span_more_glands_than_the_family() -> None:
+    """--anatomy-sizes: the label maps' glands and transition zones come from ANATOMY_SIZES (adult
+    anatomy), so over the same seeds they reach larger glands and smaller transition-zone shares
+    than the randomised family's own ranges; the family's ranges are restored afterwards."""
+    from bcer.datasets.prostate import FAMILIES
+
+    mod = sys.modules.get("train_prostate_dr")
+    if mod is None:
+        spec = importlib.util.spec_from_file_location("train_prostate_dr", SCRIPT.with_name("train_prostate_dr.py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["train_prostate_dr"] = mod
+        spec.loader.exec_module(mod)
+    before = dict(FAMILIES["randomised"])
+
+    def glands(sizes: bool) -> list[tuple[float, float]]:
+        out = []
+        for i in range(0, 24, 3):
+            lab, affine, lut = mod.label_map(i, ("randomised",), anatomy=True, sizes=sizes)
+            target, ml = lut[lab], abs(np.linalg.det(affine[:3, :3])) / 1000.0
+            pz, tz = np.count_nonzero(target == 1) * ml, np.count_nonzero(target == 2) * ml
+            out.append((pz + tz, pz / (pz + tz)))
+        return out
+
+    family, anatomy = glands(False), glands(True)
+    assert FAMILIES["randomised"] == before
+    assert max(g for g, _ in anatomy) > max(g for g, _ in family) + 5  # mL
+    assert max(s for _, s in anatomy) > max(s for _, s in family) + 0.05  # PZ share of the gland
