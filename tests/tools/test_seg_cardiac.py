@@ -249,3 +249,24 @@ def test_a_thick_wall_drawn_thin_falls_back_to_the_classical_labels() -> None:
     assert got >= 0.8, got
     off, meta_off = myo_dice({"min_myo_volume_ratio": 0.0})
     assert "fallback" not in meta_off and off < 0.65, off
+
+
+def test_delivered_labels_whose_myocardium_is_not_conserved_are_flagged() -> None:
+    """Original-family RV heart (development seed 940024): the network's myocardium keeps 71 %
+    of its volume and the classical one 72 %, so the hybrid stands (74 %), with a flag a person
+    sees on the report; the hypertrophic heart whose classical labels stood in is not flagged,
+    and the check switched off raises nothing."""
+    from bcer.datasets.independent.heart import make_heart_case
+    from bcer.tools.seg.cardiac import myo_volume_ratio
+
+    ph = make_cardiac("rv", 940024, "small", group="RV")
+    out = call_tool("seg.cardiac", {"cine": ph.sequences["CINE"]})["labels"]
+    flag = out.meta["flags"]["myocardium_not_conserved"]
+    assert flag["flagged"] and flag["value"] < 0.75
+    assert flag["value"] == pytest.approx(myo_volume_ratio(out.data), abs=1e-3)
+    assert "fallback" not in out.meta
+    off = call_tool("seg.cardiac", {"cine": ph.sequences["CINE"]}, {"min_myo_volume_ratio": 0.0})["labels"]
+    assert "myocardium_not_conserved" not in off.meta["flags"]
+    hcm = make_heart_case("hcm", 910007, "HCM")
+    kept = call_tool("seg.cardiac", {"cine": hcm.sequences["CINE"]})["labels"]
+    assert "fallback" in kept.meta and "myocardium_not_conserved" not in kept.meta["flags"]

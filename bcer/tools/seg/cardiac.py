@@ -140,6 +140,18 @@ def myocardium_problem(network: np.ndarray, classical: np.ndarray, min_ratio: fl
             f"largest, limit {100 * min_ratio:g} %; classical {100 * cla:.0f} %): the muscle is incompressible")
 
 
+def _flag_unconserved_myocardium(labels: np.ndarray, min_ratio: float, meta: dict[str, Any]) -> None:
+    """Flag delivered labels whose myocardium loses more than ``1 - min_ratio`` of its volume
+    over the cycle (no reading kept it, or the caller chose the method): the wall thickness,
+    mass and regional thickening read from them need a look."""
+    ratio = myo_volume_ratio(labels)
+    if min_ratio > 0 and np.isfinite(ratio) and ratio < min_ratio:
+        meta.setdefault("flags", {})["myocardium_not_conserved"] = {
+            "flagged": True, "value": round(ratio, 3), "threshold": min_ratio,
+            "detail": f"the myocardium's smallest frame holds {100 * ratio:.0f} % of its largest (heart muscle keeps "
+                      f"its volume over the cycle; limit {100 * min_ratio:g} %): wall thickness and mass need a look"}
+
+
 def merge_hybrid(classical: np.ndarray, network: np.ndarray) -> np.ndarray:
     """LV cavity from the classical labels, myocardium and RV from the network's.
 
@@ -359,6 +371,7 @@ def cardiac(cine: Cine, params: CardiacParams, device: str = "cpu") -> Mask:
         meta["agreement"] = dice_by_label(classical_labels(cine, params.max_wall_mm)[0], labels, GROUPS)
     else:
         labels, meta = _auto(cine, data, params, device)
+    _flag_unconserved_myocardium(labels, params.min_myo_volume_ratio, meta)
     meta["method_card"] = _card(meta)
     reason = _no_second_reading(meta)
     net = meta.get("network") if isinstance(meta.get("network"), dict) else meta
