@@ -60,7 +60,7 @@ class CardiacParams(BundleParams):
         MIN_MYO_VOLUME_RATIO, ge=0.0, le=1.0,
         description="auto: the network's myocardium must keep at least this fraction of its largest volume in "
                     "every frame (the myocardium is incompressible), else the classical labels stand in when "
-                    "their myocardium keeps more; 0 turns the check off")
+                    "their myocardium keeps that much; delivered labels below it are flagged; 0 turns both off")
     method: Literal["auto", "network", "classical", "hybrid"] = Field(
         "auto", description="auto: hybrid with the shipped cardiac_unet2d network (classical LV cavity, the "
                             "network's myocardium and RV), the classical labels alone when the network is "
