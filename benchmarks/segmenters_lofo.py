@@ -250,6 +250,7 @@ def main() -> None:
     torch.set_num_threads(1)
     from bcer.bench import run_bench
     from bcer.datasets.independent import write_family
+    from bcer.overrides import parse_sets
 
     if args.work.exists():
         shutil.rmtree(args.work)
@@ -263,8 +264,6 @@ def main() -> None:
         print(f"  {row.get('task')}/{row['case']}: {row['status']} ({time.time() - t0:.0f} s)", flush=True)
 
     bundles = dict([args.candidate.split("=", 1)]) if args.candidate else None
-    from bcer.overrides import parse_sets
-
     params = parse_sets(args.sets) or None
     report = run_bench(list(tasks), args.cases, args.work / "bench", data=args.work / "data", seed=args.seed,
                        max_in_flight=1, on_case_done=done, bundles=bundles, params=params)

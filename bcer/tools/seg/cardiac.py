@@ -124,7 +124,9 @@ def network_problem(labels: np.ndarray) -> str | None:
 def myo_volume_ratio(labels: np.ndarray) -> float:
     """Smallest over largest myocardial volume (label 2) over the frames of a label cine; NaN
     without myocardium."""
-    v = np.count_nonzero(labels == 2, axis=(0, 1, 2)).astype(float)
+    from ..cardiac import volume_curves
+
+    v = volume_curves(labels, 1.0)["myo"].astype(float)
     return float(v.min() / v.max()) if v.max() > 0 else float("nan")
 
 
