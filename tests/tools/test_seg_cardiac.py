@@ -212,7 +212,7 @@ def test_a_bundle_states_its_own_flag_threshold(tmp_path) -> None:
 def test_myocardium_problem_needs_the_classical_wall_to_hold() -> None:
     """The network's myocardium gives way only when it loses over a quarter of its volume over
     the cycle while the classical one does not; when both do, the network's stands."""
-    from bcer.tools.seg.cardiac import myo_volume_ratio, myocardium_problem
+    from bcer.tools.seg.cardiac_checks import myo_volume_ratio, myocardium_problem
 
     def cine(volumes: list[int]) -> np.ndarray:
         lab = np.zeros((10, 10, 1, len(volumes)), np.int16)
@@ -257,7 +257,7 @@ def test_delivered_labels_whose_myocardium_is_not_conserved_are_flagged() -> Non
     sees on the report; the hypertrophic heart whose classical labels stood in is not flagged,
     and the check switched off raises nothing."""
     from bcer.datasets.independent.heart import make_heart_case
-    from bcer.tools.seg.cardiac import myo_volume_ratio
+    from bcer.tools.seg.cardiac_checks import myo_volume_ratio
 
     ph = make_cardiac("rv", 940024, "small", group="RV")
     out = call_tool("seg.cardiac", {"cine": ph.sequences["CINE"]})["labels"]

@@ -10,7 +10,7 @@ from bcer.contracts.errors import ErrorCode, ToolError
 from bcer.datasets.cardiac import make_cardiac
 from bcer.tools.registry import call_tool
 from bcer.tools.seg import bundle as B
-from bcer.tools.seg.cardiac import network_problem
+from bcer.tools.seg.cardiac_checks import network_problem
 from bcer.tools.seg.cardiac_net import network_input, tidy_labels
 
 

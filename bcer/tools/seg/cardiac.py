@@ -12,8 +12,10 @@ Methods (``method``):
   ``meta["network_frames"]``). ``auto`` checks the network's labels (:func:`network_problem`:
   an LV in every frame over two slices, a volume curve that beats and does not jump; and
   :func:`myocardium_problem`: a myocardium that keeps at least 75 % of its volume in every
-  frame, unless the classical one does not either) and uses the classical labels alone,
-  saying why in ``meta["fallback"]``, when a check fails or the network cannot run.
+  frame, unless the classical one does not either), then the merged labels
+  (:func:`wall_edge_problem`: an outer wall border on at least half the image edge the
+  classical border finds), and uses the classical labels alone, saying why in
+  ``meta["fallback"]``, when a check fails or the network cannot run (:mod:`.cardiac_checks`).
 * **network**: the shipped ``cardiac_unet2d`` bundle, a 2-D MONAI UNet trained on the
   randomised phantom family by ``scripts/train_bundle.py``, on the frame and its slice's
   temporal std (:mod:`.cardiac_net`); every slice of every frame is one 2-D batch; the
@@ -37,6 +39,8 @@ from .._checks import require_volume
 from ..methods import MethodCard, classical_card, hybrid_card, seg_card
 from ..registry import tool
 from ._common import BundleParams
+from .cardiac_checks import (MIN_EPICARDIAL_EDGE_RATIO, MIN_MYO_VOLUME_RATIO, flag_unconserved_myocardium,
+                             myocardium_problem, network_problem, wall_edge_problem)
 from .cardiac_classical import classical_labels
 from .confidence import attach, confidence, dice_by_label
 
@@ -46,12 +50,6 @@ CARDIAC_LABELS = {1: "RV", 2: "MYO", 3: "LV"}
 HYBRID = "hybrid_classical_lv_network_myo_rv"
 GROUPS = {"LV": (3,), "MYO": (2,), "RV": (1,)}  # self-consistency: each structure's Dice between the methods
 VETO = 0.25
-# Myocardial volume is nearly constant over the cycle (the muscle is incompressible; CMR mass
-# at ED and ES agrees within a few per cent). A reading whose smallest frame has under 75 %
-# of its largest frame's myocardium is not a myocardium: it is a wall drawn at a fixed
-# thickness while the real wall thickens (the network's reading of hypertrophic and dilated
-# hearts outside its training family, docs/segmenters.md).
-MIN_MYO_VOLUME_RATIO = 0.75
 
 
 class CardiacParams(BundleParams):
@@ -61,6 +59,11 @@ class CardiacParams(BundleParams):
         description="auto: the network's myocardium must keep at least this fraction of its largest volume in "
                     "every frame (the myocardium is incompressible), else the classical labels stand in when "
                     "their myocardium keeps that much; delivered labels below it are flagged; 0 turns both off")
+    min_epicardial_edge_ratio: float = Field(
+        MIN_EPICARDIAL_EDGE_RATIO, ge=0.0, le=1.0,
+        description="auto: the hybrid's outer wall border must lie on at least this fraction of the image edge "
+                    "(gradient) the classical border lies on, else the classical labels stand in (a border on "
+                    "flat muscle is a thick wall drawn thin); 0 turns it off")
     method: Literal["auto", "network", "classical", "hybrid"] = Field(
         "auto", description="auto: hybrid with the shipped cardiac_unet2d network (classical LV cavity, the "
                             "network's myocardium and RV), the classical labels alone when the network is "
@@ -89,69 +92,6 @@ def _network(cine: Cine, data: np.ndarray, p: CardiacParams, device: str, bundle
     meta["tidy"] = tidy
     meta["inplane_ornt"] = ornt.astype(int).tolist()
     return nib_ornt.apply_orientation(labels, inverse_ornt(ornt)), meta
-
-
-def network_problem(labels: np.ndarray) -> str | None:
-    """Why a network's label cine is not a beating heart (None when it is): an LV in every
-    frame across at least two slices, and a volume curve that changes (EF 3-95 %) without more
-    than a quarter of the frames jumping away from both neighbours; an RV in every frame with
-    an RV EF of 3-90 %."""
-    from ..cardiac import outlier_frames
-
-    lv = np.count_nonzero(labels == 3, axis=(0, 1, 2)).astype(float)
-    slices = np.count_nonzero((labels == 3).any(axis=(0, 1)), axis=0)
-    if (lv < 10).any():
-        return f"no LV in frame(s) {np.flatnonzero(lv < 10).tolist()}"
-    if (slices < 2).any():
-        return f"LV in fewer than two slices in frame(s) {np.flatnonzero(slices < 2).tolist()}"
-    ef = 100.0 * (lv.max() - lv.min()) / lv.max()
-    if not 3.0 <= ef <= 95.0:
-        return f"LV volume curve implausible (EF {ef:.1f} %)"
-    jumps = outlier_frames(lv)
-    if lv.size >= 8 and jumps.sum() >= 2:
-        return f"LV volume jumps in frames {np.flatnonzero(jumps).tolist()}"
-    # the hybrid takes the network's RV as is: an RV that vanishes in a frame gives an RV EF
-    # of ~100 % (seen on a base-family cine, caught by the ef_range plausibility check)
-    rv = np.count_nonzero(labels == 1, axis=(0, 1, 2)).astype(float)
-    if (rv < 10).any():
-        return f"no RV in frame(s) {np.flatnonzero(rv < 10).tolist()}"
-    rv_ef = 100.0 * (rv.max() - rv.min()) / rv.max()
-    if not 3.0 <= rv_ef <= 90.0:
-        return f"RV volume curve implausible (EF {rv_ef:.1f} %)"
-    return None
-
-
-def myo_volume_ratio(labels: np.ndarray) -> float:
-    """Smallest over largest myocardial volume (label 2) over the frames of a label cine; NaN
-    without myocardium."""
-    from ..cardiac import volume_curves
-
-    v = volume_curves(labels, 1.0)["myo"].astype(float)
-    return float(v.min() / v.max()) if v.max() > 0 else float("nan")
-
-
-def myocardium_problem(network: np.ndarray, classical: np.ndarray, min_ratio: float) -> str | None:
-    """Why the network's myocardium should give way to the classical one (None when it should
-    not): it loses more than ``1 - min_ratio`` of its volume over the cycle while the classical
-    myocardium keeps within that bound. When both break it, the network's stands (the
-    classical reading is then no better founded)."""
-    net, cla = myo_volume_ratio(network), myo_volume_ratio(classical)
-    if not (np.isfinite(net) and np.isfinite(cla) and net < min_ratio <= cla):
-        return None
-    return (f"the network's myocardium changes volume over the cycle (smallest frame {100 * net:.0f} % of the "
-            f"largest, limit {100 * min_ratio:g} %; classical {100 * cla:.0f} %): the muscle is incompressible")
-
-
-def _flag_unconserved_myocardium(labels: np.ndarray, min_ratio: float, meta: dict[str, Any]) -> None:
-    """Flag delivered labels whose myocardium loses more than ``1 - min_ratio`` of its volume
-    over the cycle (no reading kept it, or the caller chose the method): the wall thickness,
-    mass and regional thickening read from them need a look."""
-    ratio = myo_volume_ratio(labels)
-    if min_ratio > 0 and np.isfinite(ratio) and ratio < min_ratio:
-        meta.setdefault("flags", {})["myocardium_not_conserved"] = {
-            "flagged": True, "value": round(ratio, 3), "threshold": min_ratio,
-            "detail": f"the myocardium's smallest frame holds {100 * ratio:.0f} % of its largest (heart muscle keeps "
-                      f"its volume over the cycle; limit {100 * min_ratio:g} %): wall thickness and mass need a look"}
 
 
 def merge_hybrid(classical: np.ndarray, network: np.ndarray) -> np.ndarray:
@@ -214,9 +154,11 @@ def _hybrid(cine: Cine, data: np.ndarray, params: CardiacParams, device: str) ->
     labels, meta = classical_labels(cine, params.max_wall_mm)
     net, net_meta = _network(cine, data, params, device, params.bundle_dir or str(shipped_bundle()))
     meta = {**meta, "method": HYBRID, "network": net_meta, "agreement": dice_by_label(labels, net, GROUPS)}
-    if problem := network_problem(net) or myocardium_problem(net, labels, params.min_myo_volume_ratio):
+    merged = _merge(labels, net, meta)
+    if problem := network_problem(net) or myocardium_problem(net, labels, params.min_myo_volume_ratio) \
+            or wall_edge_problem(data, merged, labels, params.min_epicardial_edge_ratio):
         meta["check"] = problem
-    return _merge(labels, net, meta), meta
+    return merged, meta
 
 
 def _auto(cine: Cine, data: np.ndarray, params: CardiacParams, device: str) -> tuple[np.ndarray, dict[str, Any]]:
@@ -233,14 +175,19 @@ def _auto(cine: Cine, data: np.ndarray, params: CardiacParams, device: str) -> t
     except ToolError as e:
         problem = f"network failed: {e.code.value}: {e.message}"
     if problem is None:
-        meta = {**meta, "method": HYBRID, "network": net_meta, "agreement": dice_by_label(labels, net, GROUPS)}
-        return _merge(labels, net, meta), meta
+        hybrid = {**meta, "method": HYBRID, "network": net_meta, "agreement": dice_by_label(labels, net, GROUPS)}
+        merged = _merge(labels, net, hybrid)
+        problem = wall_edge_problem(data, merged, labels, params.min_epicardial_edge_ratio)
+        if problem is None:
+            return merged, hybrid
     log.warning("seg.cardiac: %s; classical method used alone", problem)
     meta["fallback"] = {"from": "network", "reason": problem}
     return labels, meta
 
 
-VERSION = "2.9"  # 2.9: auto falls back to the classical labels when the network's myocardium is not conserved
+# 2.10: auto falls back to the classical labels when the hybrid's outer wall border lies on flat muscle;
+# 2.9: ... when the network's myocardium is not conserved
+VERSION = "2.10"
 CLASSICAL_CARD = classical_card("classical cine levels (seg.cardiac)", VERSION,
                                "blood/myocardium levels from the cine, LV/RV cavities by shape and motion")
 
@@ -373,7 +320,7 @@ def cardiac(cine: Cine, params: CardiacParams, device: str = "cpu") -> Mask:
         meta["agreement"] = dice_by_label(classical_labels(cine, params.max_wall_mm)[0], labels, GROUPS)
     else:
         labels, meta = _auto(cine, data, params, device)
-    _flag_unconserved_myocardium(labels, params.min_myo_volume_ratio, meta)
+    flag_unconserved_myocardium(labels, params.min_myo_volume_ratio, meta)
     meta["method_card"] = _card(meta)
     reason = _no_second_reading(meta)
     net = meta.get("network") if isinstance(meta.get("network"), dict) else meta
