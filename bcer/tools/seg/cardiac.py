@@ -10,12 +10,12 @@ Methods (``method``):
   ED/ES and the network's walls (ACDC group accuracy 0.90 vs 0.85 classical, 0.80 network).
   A frame where the merge loses the LV takes the network's labels (:func:`restore_lost_frames`,
   ``meta["network_frames"]``). ``auto`` checks the network's labels (:func:`network_problem`:
-  an LV in every frame over two slices, a volume curve that beats and does not jump; and
-  :func:`myocardium_problem`: a myocardium that keeps at least 75 % of its volume in every
-  frame, unless the classical one does not either), then the merged labels
-  (:func:`wall_edge_problem`: an outer wall border on at least half the image edge the
-  classical border finds), and uses the classical labels alone, saying why in
-  ``meta["fallback"]``, when a check fails or the network cannot run (:mod:`.cardiac_checks`).
+  an LV in every frame over two slices, a volume curve that beats and does not jump), then
+  the merged labels (:func:`wall_problem`: a myocardium that keeps at least 75 % of its
+  volume in every frame, unless the classical one does not either; an outer wall border on
+  at least half the image edge the classical border finds), and uses the classical labels
+  alone, saying why in ``meta["fallback"]``, when a check fails or the network cannot run
+  (:mod:`.cardiac_checks`).
 * **network**: the shipped ``cardiac_unet2d`` bundle, a 2-D MONAI UNet trained on the
   randomised phantom family by ``scripts/train_bundle.py``, on the frame and its slice's
   temporal std (:mod:`.cardiac_net`); every slice of every frame is one 2-D batch; the
@@ -40,7 +40,7 @@ from ..methods import MethodCard, classical_card, hybrid_card, seg_card
 from ..registry import tool
 from ._common import BundleParams
 from .cardiac_checks import (MIN_EPICARDIAL_EDGE_RATIO, MIN_MYO_VOLUME_RATIO, flag_unconserved_myocardium,
-                             myocardium_problem, network_problem, wall_edge_problem)
+                             network_problem, wall_problem)
 from .cardiac_classical import classical_labels
 from .confidence import attach, confidence, dice_by_label
 
@@ -155,10 +155,14 @@ def _hybrid(cine: Cine, data: np.ndarray, params: CardiacParams, device: str) ->
     net, net_meta = _network(cine, data, params, device, params.bundle_dir or str(shipped_bundle()))
     meta = {**meta, "method": HYBRID, "network": net_meta, "agreement": dice_by_label(labels, net, GROUPS)}
     merged = _merge(labels, net, meta)
-    if problem := network_problem(net) or myocardium_problem(net, labels, params.min_myo_volume_ratio) \
-            or wall_edge_problem(data, merged, labels, params.min_epicardial_edge_ratio):
+    if problem := network_problem(net) or _wall_problem(data, net, merged, labels, params):
         meta["check"] = problem
     return merged, meta
+
+
+def _wall_problem(data: np.ndarray, net: np.ndarray, merged: np.ndarray, labels: np.ndarray,
+                  params: CardiacParams) -> str | None:
+    return wall_problem(data, net, merged, labels, params.min_myo_volume_ratio, params.min_epicardial_edge_ratio)
 
 
 def _auto(cine: Cine, data: np.ndarray, params: CardiacParams, device: str) -> tuple[np.ndarray, dict[str, Any]]:
@@ -169,7 +173,7 @@ def _auto(cine: Cine, data: np.ndarray, params: CardiacParams, device: str) -> t
     labels, meta = classical_labels(cine, params.max_wall_mm)
     try:
         net, net_meta = _network(cine, data, params, device, str(shipped_bundle()))
-        problem = network_problem(net) or myocardium_problem(net, labels, params.min_myo_volume_ratio)
+        problem = network_problem(net)
     except ImportError as e:  # torch/monai are not installed here
         problem = f"network unavailable: {e}"
     except ToolError as e:
@@ -177,7 +181,7 @@ def _auto(cine: Cine, data: np.ndarray, params: CardiacParams, device: str) -> t
     if problem is None:
         hybrid = {**meta, "method": HYBRID, "network": net_meta, "agreement": dice_by_label(labels, net, GROUPS)}
         merged = _merge(labels, net, hybrid)
-        problem = wall_edge_problem(data, merged, labels, params.min_epicardial_edge_ratio)
+        problem = _wall_problem(data, net, merged, labels, params)
         if problem is None:
             return merged, hybrid
     log.warning("seg.cardiac: %s; classical method used alone", problem)

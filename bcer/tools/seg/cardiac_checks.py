@@ -4,7 +4,7 @@ back to the classical labels, and the flag on delivered labels that break physio
 Each check asks something the anatomy or the image settles, not a score on a phantom family:
 a beating heart (:func:`network_problem`), an incompressible muscle
 (:func:`myocardium_problem`), and an outer wall border that lies on an edge of the image
-(:func:`wall_edge_problem`).
+(:func:`wall_edge_problem`); :func:`wall_problem` asks the last two.
 """
 from __future__ import annotations
 
@@ -123,3 +123,13 @@ def wall_edge_problem(data: np.ndarray, network: np.ndarray, classical: np.ndarr
         return None
     return (f"the network's outer wall border lies on {100 * net / cla:.0f} % of the image edge the classical "
             f"border lies on (limit {100 * min_ratio:g} %): it runs through the muscle, the wall is thicker")
+
+
+def wall_problem(data: np.ndarray, network: np.ndarray, merged: np.ndarray, classical: np.ndarray,
+                 min_myo_ratio: float, min_edge_ratio: float) -> str | None:
+    """Why the hybrid's wall should give way to the classical labels (None when it should
+    not): the network's myocardium is not conserved (:func:`myocardium_problem`), or the
+    merged labels' outer border lies on flat muscle (:func:`wall_edge_problem`)."""
+    return (myocardium_problem(network, classical, min_myo_ratio)
+            or wall_edge_problem(data, merged, classical, min_edge_ratio))
+
